@@ -1,0 +1,141 @@
+// The capture core: probes the running kernel, picks an attach method per
+// probe, loads the BPF object once and attaches/detaches probes, sampling
+// and filters at run time without reloading.  RAII owns the skeleton, the
+// links and the per-netns netfilter links.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "magnet/control.h"
+#include "magnet/result.h"
+#include "consumer.h"
+
+struct capture_bpf;
+struct bpf_link;
+struct bpf_program;
+
+namespace magnet::host {
+
+enum class method { tp_btf, raw_tp, tracepoint, netfilter, cgroup_skb, fentry, kprobe };
+std::string_view method_name(method m);
+
+struct method_spec {
+  method kind;
+  std::vector<const char*> progs;  // program names in capture.bpf.c
+  const char* target;              // "cat/tracepoint", kernel function, or hook name
+  int hook = -1;                   // netfilter hook / cgroup attach (0 ingress, 1 egress)
+};
+
+struct probe_spec {
+  int slot;
+  uint16_t type;
+  const char* layer;
+  const char* description;
+  std::vector<method_spec> methods;  // in order of preference
+};
+
+const std::vector<probe_spec>& probe_table();
+const probe_spec* find_probe(uint16_t type);
+
+struct method_check {
+  method kind;
+  bool ok;
+  std::string why;  // why it cannot attach here (empty when ok)
+};
+
+struct probe_plan {
+  const probe_spec* spec;
+  int chosen = -1;  // index into spec->methods, -1 = cannot attach here
+  std::vector<method_check> checks;
+};
+
+// What the running kernel allows, probed once.  MAGNET_DENY_METHODS
+// (comma-separated method names) removes methods, to exercise fallbacks.
+class kernel_features {
+ public:
+  static kernel_features probe();
+  method_check check(const method_spec& m) const;
+  const std::string& cgroup2_path() const { return cgroup2_; }
+
+ private:
+  bool has_btf_ = false, fentry_ok_ = false, kprobe_pmu_ = false, netfilter_ok_ = false;
+  std::string fentry_why_, netfilter_why_, cgroup2_, tracefs_;
+  std::set<std::string> deny_, btf_funcs_needed_;
+  std::shared_ptr<void> btf_;  // struct btf*, freed with btf__free
+};
+
+std::vector<probe_plan> plan_probes(const kernel_features& kf);
+
+// Names the missing capability, or empty if the process may load probes.
+std::string missing_capabilities();
+
+struct capture_options {
+  size_t ring_bytes = 16u << 20;     // power of two, >= 4096
+  uint64_t wakeup_watermark = 0;     // 0 = ring_bytes / 8
+};
+
+class capture : public drop_source {
+ public:
+  static result<std::unique_ptr<capture>> open(const capture_options& opt);
+  ~capture() override;
+  capture(const capture&) = delete;
+  capture& operator=(const capture&) = delete;
+
+  const std::vector<probe_plan>& plans() const { return plans_; }
+  const probe_plan* plan_for(uint16_t type) const;
+
+  // mode = MAGNET_MODE_STREAM | MAGNET_MODE_AGGREGATE; 0 disables (and
+  // detaches, so a disabled probe costs nothing).
+  status set_mode(uint16_t type, uint32_t mode);
+  void set_sampling(uint16_t type, uint32_t every, uint64_t interval_ns);
+  status set_filter_sets(uint32_t active, const std::set<uint32_t>& cpus,
+                         const std::set<uint32_t>& tgids, const std::set<uint64_t>& cgroups,
+                         const std::set<uint32_t>& vms, const std::set<uint64_t>& ids);
+  // VM tagging maps (written by the host registry).
+  status tag_vm_tgid(uint32_t tgid, uint32_t vm);
+  status tag_vm_ifindex(uint32_t ifindex, uint32_t vm);
+  status untag_vm(uint32_t vm);
+
+  // Netfilter hooks are per network namespace: attach in any new one.
+  void rescan_netns();
+
+  int ringbuf_fd() const;
+  size_t ring_bytes() const { return ring_bytes_; }
+  uint64_t total_dropped() const override;
+  // Per-CPU state of a probe slot.
+  std::vector<magnet_probe_pcpu> probe_state(int slot) const override;
+  uint64_t drop_ack(int slot, int cpu) const override;
+  void set_drop_ack(int slot, int cpu, uint64_t v) override;
+  // In-kernel aggregation, summed over CPUs: [vm] -> {events, bytes}.
+  std::map<uint32_t, magnet_agg> aggregate(int slot) const;
+  int ncpus() const override { return ncpus_; }
+  std::string attach_summary() const;
+
+ private:
+  capture() = default;
+  status attach(const probe_plan& p);
+  void detach(int slot);
+  status attach_netfilter_all(const probe_plan& p);
+
+  capture_bpf* skel_ = nullptr;
+  std::vector<probe_plan> plans_;
+  kernel_features kf_;
+  std::map<int, std::vector<bpf_link*>> links_;  // slot -> links
+  struct nf_link {
+    int slot;
+    uint64_t netns_ino;
+    int fd;
+  };
+  std::vector<nf_link> nf_links_;
+  int cgroup_fd_ = -1;
+  size_t ring_bytes_ = 0;
+  int ncpus_ = 0;
+};
+
+}  // namespace magnet::host

@@ -1,0 +1,46 @@
+// Command-line plumbing shared by the subcommands: option extraction with
+// clear errors, and value parsers (sizes, durations, counts).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "magnet/result.h"
+
+namespace magnet::cli {
+
+// A usage problem: main prints it with a hint and exits 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class args {
+ public:
+  args(std::string cmd, std::vector<std::string> v) : cmd_(std::move(cmd)), v_(std::move(v)) {}
+  const std::string& cmd() const { return cmd_; }
+  bool flag(std::string_view long_name, std::string_view short_name = {});
+  std::optional<std::string> value(std::string_view long_name, std::string_view short_name = {});
+  // Remaining positionals; any unconsumed option is an error.
+  std::vector<std::string> finish(size_t min_pos, size_t max_pos, std::string_view what = {});
+
+ private:
+  std::string cmd_;
+  std::vector<std::string> v_;
+};
+
+result<uint64_t> parse_size(std::string_view s);     // 4096, 64K, 16M, 1G (powers of 1024)
+result<uint64_t> parse_duration_ns(std::string_view s);  // 5, 2.5, 500ms, 10s, 100us
+result<uint64_t> parse_count(std::string_view s);    // positive integer
+
+// Unwraps a parse result or raises a usage error naming the option.
+template <class T>
+T need(result<T> r, std::string_view option) {
+  if (!r) throw usage_error(std::string(option) + ": " + r.err().message);
+  return std::move(r).value();
+}
+
+}  // namespace magnet::cli

@@ -1,0 +1,71 @@
+// magnet: one binary, bpftool/virsh-style subcommands.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "log.h"
+#include "magnet/version.h"
+
+namespace {
+
+const char* kHelp =
+    "Usage: magnet [-v] COMMAND [options]   (magnet COMMAND --help for details)\n"
+    "\n"
+    "Commands:\n"
+    "  probes   list probes and how each attaches on this kernel\n"
+    "  record   record events into a trace file\n"
+    "  dump     print a trace file as text, CSV or JSON\n"
+    "  stat     live per-layer counts from in-kernel aggregation\n"
+    "\n"
+    "Global options: -v/--verbose (repeat for more, -vv shows libbpf and the\n"
+    "verifier log), --version, --help\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace magnet;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  int verbosity = 1;
+  size_t i = 0;
+  for (; i < args.size() && args[i].size() > 1 && args[i][0] == '-'; ++i) {
+    const auto& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+    if (a == "--version") {
+      std::printf("magnet %s\n", kVersion);
+      return 0;
+    }
+    if (a == "-v" || a == "--verbose") ++verbosity;
+    else if (a == "-vv") verbosity += 2;
+    else {
+      std::fprintf(stderr, "magnet: unknown option '%s'\nTry 'magnet --help'.\n", a.c_str());
+      return 2;
+    }
+  }
+  if (i == args.size()) {
+    std::fputs(kHelp, stderr);
+    return 2;
+  }
+  host::set_log_verbosity(verbosity);
+  std::string cmd = args[i];
+  cli::args rest(cmd, std::vector<std::string>(args.begin() + i + 1, args.end()));
+  try {
+    if (cmd == "probes") return host::cmd_probes(rest);
+    if (cmd == "record") return host::cmd_record(rest);
+    if (cmd == "dump") return host::cmd_dump(rest);
+    if (cmd == "stat") return host::cmd_stat(rest);
+    std::fprintf(stderr, "magnet: unknown command '%s'\nTry 'magnet --help'.\n", cmd.c_str());
+    return 2;
+  } catch (const cli::usage_error& e) {
+    std::fprintf(stderr, "magnet %s: %s\nTry 'magnet %s --help'.\n", cmd.c_str(), e.what(),
+                 cmd.c_str());
+    return 2;
+  } catch (const fatal& e) {
+    std::fprintf(stderr, "magnet %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,822 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * magnet capture probes: the network stack at four layers (MAGNeT's journey
+ * of a packet), TCP state, scheduler, process lifetime, block I/O and KVM.
+ *
+ * Every probe has one body (mg_*_event) and one thin entry point per attach
+ * method: tp_btf / raw_tp / tracepoint first, then fentry/fexit, then
+ * kprobe/kretprobe, plus cgroup_skb and netfilter programs where those hooks
+ * are the stable interface for a layer.  The loader (host/src/capture.cc)
+ * picks the first method the running kernel supports for each probe and
+ * disables autoload of the rest.
+ *
+ * Layer map (send path):  net.sock.send  sock:sock_send_length | fexit sock_sendmsg
+ *                         net.l4.send    netfilter LOCAL_OUT   | fentry/kprobe ip_local_out
+ *                         net.ip.send    cgroup_skb/egress     (ip_finish_output)
+ *                         net.dev.xmit   net:net_dev_queue
+ * (receive path):         net.dev.recv   net:netif_receive_skb
+ *                         net.ip.recv    netfilter PRE_ROUTING | fentry/kprobe ip_rcv
+ *                         net.l4.recv    cgroup_skb/ingress    (sk_filter on delivery)
+ *                         net.sock.recv  sock:sock_recv_length | fexit sock_recvmsg
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#include "magnet.bpf.h"
+#include "magnet/flow.h"
+
+/* ------------------------------------------------------------------ */
+/* socket layer                                                        */
+
+static __always_inline void mg_sock_addrs(struct sock *sk, struct magnet_sock *p,
+					  bool send)
+{
+	__u8 *loc = send ? p->saddr : p->daddr;
+	__u8 *rem = send ? p->daddr : p->saddr;
+	__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+
+	p->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	p->protocol = BPF_CORE_READ(sk, sk_protocol);
+	p->sport = send ? lport : rport;
+	p->dport = send ? rport : lport;
+	if (p->family == MG_AF_INET) {
+		__u32 l = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 r = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+
+		__builtin_memcpy(loc, &l, 4);
+		__builtin_memcpy(rem, &r, 4);
+	} else {
+		BPF_CORE_READ_INTO(loc, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(rem, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+}
+
+static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
+					 __u16 type)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_sock *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+	__u16 family;
+
+	if (!sk)
+		return 0;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != MG_AF_INET && family != MG_AF_INET6)
+		return 0;
+	mg_ev_task(&ev, slot, ret);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, type, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	__builtin_memset(p, 0, sizeof(*p));
+	mg_sock_addrs(sk, p, slot == MAGNET_P_NET_SOCK_SEND);
+	h->abstract_id = magnet_flow_id(p->saddr, p->daddr, p->sport, p->dport,
+					p->protocol);
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(sock_send_btf, struct sock *sk, int ret, int flags)
+{
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND);
+}
+
+SEC("raw_tp/sock_send_length")
+int BPF_PROG(sock_send_raw, struct sock *sk, int ret, int flags)
+{
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(sock_recv_btf, struct sock *sk, int ret, int flags)
+{
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV);
+}
+
+SEC("raw_tp/sock_recv_length")
+int BPF_PROG(sock_recv_raw, struct sock *sk, int ret, int flags)
+{
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV);
+}
+
+/* Before 6.3 (commit 6e6eda44b939 "net: add sock_send_length and
+ * sock_recv_length tracepoints") the socket layer is reached through
+ * sock_sendmsg / sock_recvmsg. */
+SEC("fexit/sock_sendmsg")
+int BPF_PROG(sock_send_fexit, struct socket *sock, struct msghdr *msg, int ret)
+{
+	return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_SEND,
+			     MAGNET_EV_NET_SOCK_SEND);
+}
+
+SEC("fexit/sock_recvmsg")
+int BPF_PROG(sock_recv_fexit, struct socket *sock, struct msghdr *msg, int flags,
+	     int ret)
+{
+	return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_RECV,
+			     MAGNET_EV_NET_SOCK_RECV);
+}
+
+/* kprobe fallback: remember the socket at entry, emit at return. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* pid_tgid << 1 | is_recv */
+	__type(value, __u64);
+} sock_entry SEC(".maps");
+
+static __always_inline int mg_sock_kentry(struct socket *sock, __u64 recv)
+{
+	__u64 key = bpf_get_current_pid_tgid() << 1 | recv;
+	__u64 val = mg_ptr_bits(sock);
+
+	bpf_map_update_elem(&sock_entry, &key, &val, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int mg_sock_kret(int ret, __u64 recv)
+{
+	__u64 key = bpf_get_current_pid_tgid() << 1 | recv;
+	__u64 *val = bpf_map_lookup_elem(&sock_entry, &key);
+	struct socket *sock;
+
+	if (!val)
+		return 0;
+	sock = (struct socket *)(unsigned long)*val;
+	bpf_map_delete_elem(&sock_entry, &key);
+	if (recv)
+		return mg_sock_event(BPF_CORE_READ(sock, sk), ret,
+				     MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV);
+	return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_SEND,
+			     MAGNET_EV_NET_SOCK_SEND);
+}
+
+SEC("kprobe/sock_sendmsg")
+int BPF_KPROBE(sock_send_kprobe, struct socket *sock)
+{
+	return mg_sock_kentry(sock, 0);
+}
+
+SEC("kretprobe/sock_sendmsg")
+int BPF_KRETPROBE(sock_send_kretprobe, int ret)
+{
+	return mg_sock_kret(ret, 0);
+}
+
+SEC("kprobe/sock_recvmsg")
+int BPF_KPROBE(sock_recv_kprobe, struct socket *sock)
+{
+	return mg_sock_kentry(sock, 1);
+}
+
+SEC("kretprobe/sock_recvmsg")
+int BPF_KRETPROBE(sock_recv_kretprobe, int ret)
+{
+	return mg_sock_kret(ret, 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* packet layers (l4, ip, device)                                      */
+
+/* Which size a packet record reports. */
+enum mg_size_of { MG_SZ_L4_PAYLOAD, MG_SZ_IP_TOTAL, MG_SZ_SKB_LEN };
+
+/* Parse the IP and transport headers at @l3; returns the size to report. */
+static __always_inline __s32 mg_parse_l3(const void *l3, struct magnet_pkt *p,
+					 __u16 *rflags, enum mg_size_of what,
+					 bool kernel_ptr)
+{
+	struct iphdr iph = {};
+	struct ipv6hdr ip6 = {};
+	__u32 l4off = 0, hdrs = 0, l4hdr = 0;
+	__u8 l4[16] = {};
+	__s32 ip_total = 0;
+
+	/* Both reads are safe on arbitrary pointers: probe_read_kernel. */
+	if (bpf_probe_read_kernel(&iph, sizeof(iph), l3))
+		return p->skb_len;
+	p->ip_version = iph.version;
+	if (iph.version == 4) {
+		p->protocol = iph.protocol;
+		p->tos = iph.tos;
+		p->ttl = iph.ttl;
+		p->ip_id = bpf_ntohs(iph.id);
+		p->frag_off = bpf_ntohs(iph.frag_off);
+		p->tot_len = bpf_ntohs(iph.tot_len);
+		__builtin_memcpy(p->saddr, &iph.saddr, 4);
+		__builtin_memcpy(p->daddr, &iph.daddr, 4);
+		l4off = iph.ihl * 4;
+		ip_total = p->tot_len;
+	} else if (iph.version == 6) {
+		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), l3))
+			return p->skb_len;
+		*rflags |= MAGNET_RF_IPV6;
+		p->protocol = ip6.nexthdr;
+		p->ttl = ip6.hop_limit;
+		p->tot_len = bpf_ntohs(ip6.payload_len);
+		__builtin_memcpy(p->saddr, &ip6.saddr, 16);
+		__builtin_memcpy(p->daddr, &ip6.daddr, 16);
+		l4off = sizeof(ip6);
+		ip_total = p->tot_len + sizeof(ip6);
+	} else {
+		return p->skb_len;
+	}
+
+	if (p->protocol == MG_IPPROTO_TCP || p->protocol == MG_IPPROTO_UDP) {
+		bpf_probe_read_kernel(l4, sizeof(l4), l3 + (l4off & 0x3f));
+		p->sport = (__u16)l4[0] << 8 | l4[1];
+		p->dport = (__u16)l4[2] << 8 | l4[3];
+		if (p->protocol == MG_IPPROTO_TCP) {
+			*rflags |= MAGNET_RF_TCP;
+			p->tcp_seq = (__u32)l4[4] << 24 | (__u32)l4[5] << 16 |
+				     (__u32)l4[6] << 8 | l4[7];
+			p->tcp_flags = l4[13];
+			l4hdr = (l4[12] >> 4) * 4;
+		} else {
+			*rflags |= MAGNET_RF_UDP;
+			l4hdr = 8;
+		}
+	}
+	hdrs = l4off + l4hdr;
+	if (what == MG_SZ_IP_TOTAL)
+		return ip_total;
+	if (what == MG_SZ_L4_PAYLOAD)
+		return ip_total > hdrs ? ip_total - hdrs : 0;
+	return p->skb_len;
+}
+
+/* A packet record from a kernel sk_buff pointer (tracing program types). */
+static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 type,
+					enum mg_size_of what, bool at_data,
+					bool task_ctx)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_pkt pkt = {};
+	struct magnet_hdr *h;
+	struct net_device *dev;
+	unsigned char *head;
+	__u16 rflags = 0;
+	struct mg_ev ev;
+	const void *l3;
+
+	if (!skb)
+		return 0;
+	dev = BPF_CORE_READ(skb, dev);
+	pkt.ifindex = dev ? BPF_CORE_READ(dev, ifindex) : 0;
+	pkt.skb_len = BPF_CORE_READ(skb, len);
+	pkt.l3proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
+		return 0; /* ARP and friends are not part of the journey */
+
+	if (at_data) {
+		l3 = BPF_CORE_READ(skb, data);
+	} else {
+		head = BPF_CORE_READ(skb, head);
+		l3 = head + BPF_CORE_READ(skb, network_header);
+	}
+
+	if (task_ctx) {
+		mg_ev_task(&ev, slot, 0);
+	} else {
+		ev.slot = slot;
+		ev.now = bpf_ktime_get_ns();
+		ev.cpu = bpf_get_smp_processor_id();
+		ev.tgid = ev.tid = 0;
+		ev.cgroup = 0;
+		ev.vm = 0;
+		ev.flags = 0;
+	}
+	ev.size = mg_parse_l3(l3, &pkt, &rflags, what, true);
+	ev.aid = magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport,
+				pkt.protocol);
+	if (!ev.vm)
+		ev.vm = mg_vm_of_ifindex(pkt.ifindex);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, type, sizeof(pkt), rflags);
+	if (!h)
+		return 0;
+	__builtin_memcpy(h + 1, &pkt, sizeof(pkt));
+	mg_submit(h, sizeof(*h) + sizeof(pkt));
+	return 0;
+}
+
+/* device layer */
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(dev_xmit_btf, struct sk_buff *skb)
+{
+	return mg_pkt_event(skb, MAGNET_P_NET_DEV_XMIT, MAGNET_EV_NET_DEV_XMIT,
+			    MG_SZ_SKB_LEN, false, true);
+}
+
+SEC("raw_tp/net_dev_queue")
+int BPF_PROG(dev_xmit_raw, struct sk_buff *skb)
+{
+	return mg_pkt_event(skb, MAGNET_P_NET_DEV_XMIT, MAGNET_EV_NET_DEV_XMIT,
+			    MG_SZ_SKB_LEN, false, true);
+}
+
+/* At netif_receive_skb the MAC header is pulled: skb->data is the L3
+ * header, while network_header is only reset after the tracepoint. */
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(dev_recv_btf, struct sk_buff *skb)
+{
+	return mg_pkt_event(skb, MAGNET_P_NET_DEV_RECV, MAGNET_EV_NET_DEV_RECV,
+			    MG_SZ_SKB_LEN, true, false);
+}
+
+SEC("raw_tp/netif_receive_skb")
+int BPF_PROG(dev_recv_raw, struct sk_buff *skb)
+{
+	return mg_pkt_event(skb, MAGNET_P_NET_DEV_RECV, MAGNET_EV_NET_DEV_RECV,
+			    MG_SZ_SKB_LEN, true, false);
+}
+
+/* l4 -> ip hand-off on send, ip entry on receive: netfilter hooks (6.4+,
+ * per network namespace), else the functions behind them. */
+struct bpf_nf_ctx___local {
+	const struct nf_hook_state *state;
+	struct sk_buff *skb;
+} __attribute__((preserve_access_index));
+
+#define MG_NF_ACCEPT 1
+
+SEC("netfilter")
+int l4_send_nf(struct bpf_nf_ctx___local *ctx)
+{
+	/* LOCAL_OUT runs in the sending task's context. */
+	mg_pkt_event(ctx->skb, MAGNET_P_NET_L4_SEND, MAGNET_EV_NET_L4_SEND,
+		     MG_SZ_L4_PAYLOAD, false, true);
+	return MG_NF_ACCEPT;
+}
+
+SEC("netfilter")
+int ip_recv_nf(struct bpf_nf_ctx___local *ctx)
+{
+	mg_pkt_event(ctx->skb, MAGNET_P_NET_IP_RECV, MAGNET_EV_NET_IP_RECV,
+		     MG_SZ_IP_TOTAL, false, false);
+	return MG_NF_ACCEPT;
+}
+
+SEC("fentry/ip_local_out")
+int BPF_PROG(l4_send_fentry, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return mg_pkt_event(skb, MAGNET_P_NET_L4_SEND, MAGNET_EV_NET_L4_SEND,
+			    MG_SZ_L4_PAYLOAD, false, true);
+}
+
+SEC("kprobe/ip_local_out")
+int BPF_KPROBE(l4_send_kprobe, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return mg_pkt_event(skb, MAGNET_P_NET_L4_SEND, MAGNET_EV_NET_L4_SEND,
+			    MG_SZ_L4_PAYLOAD, false, true);
+}
+
+/* ip_rcv runs before skb_reset_network_header's users: data is L3. */
+SEC("fentry/ip_rcv")
+int BPF_PROG(ip_recv_fentry, struct sk_buff *skb)
+{
+	return mg_pkt_event(skb, MAGNET_P_NET_IP_RECV, MAGNET_EV_NET_IP_RECV,
+			    MG_SZ_IP_TOTAL, true, false);
+}
+
+SEC("kprobe/ip_rcv")
+int BPF_KPROBE(ip_recv_kprobe, struct sk_buff *skb)
+{
+	return mg_pkt_event(skb, MAGNET_P_NET_IP_RECV, MAGNET_EV_NET_IP_RECV,
+			    MG_SZ_IP_TOTAL, true, false);
+}
+
+/* cgroup_skb: ip output (ip_finish_output) and l4 delivery (sk_filter).
+ * These hooks give a struct __sk_buff whose data starts at the IP header. */
+static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
+					  __u16 type, enum mg_size_of what)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_pkt pkt = {};
+	struct magnet_hdr *h;
+	__u8 raw[60] = {};
+	__u16 rflags = 0;
+	struct mg_ev ev;
+	__u32 n;
+
+	pkt.l3proto = bpf_ntohs(skb->protocol);
+	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
+		return 1;
+	pkt.ifindex = skb->ifindex;
+	pkt.skb_len = skb->len;
+	n = skb->len < sizeof(raw) ? skb->len : sizeof(raw);
+	if (n < 20 || bpf_skb_load_bytes(skb, 0, raw, n < 40 ? 20 : 40))
+		return 1;
+	/* 40 bytes cover IPv4 (+options up to 20) and l4 ports/seq/flags for
+	 * the common case; the IPv6 header alone is 40 bytes, so load more. */
+	if ((raw[0] >> 4) == 6 && n >= 56)
+		bpf_skb_load_bytes(skb, 0, raw, 56);
+	else if ((raw[0] >> 4) == 4 && n >= 40 && (raw[0] & 0xf) * 4 + 16 > 40)
+		bpf_skb_load_bytes(skb, 0, raw, n >= 60 ? 60 : 40);
+
+	ev.slot = slot;
+	ev.now = bpf_ktime_get_ns();
+	ev.cpu = bpf_get_smp_processor_id();
+	if (type == MAGNET_EV_NET_IP_SEND) {
+		__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+		ev.tgid = pid_tgid >> 32;
+		ev.tid = (__u32)pid_tgid;
+	} else {
+		ev.tgid = ev.tid = 0; /* softirq: no meaningful task */
+	}
+	ev.cgroup = bpf_skb_cgroup_id(skb);
+	ev.vm = 0;
+	ev.flags = 0;
+	ev.size = mg_parse_l3(raw, &pkt, &rflags, what, false);
+	ev.aid = magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport,
+				pkt.protocol);
+	ev.vm = mg_vm_of_ifindex(pkt.ifindex);
+	st = mg_admit(&ev);
+	if (!st)
+		return 1;
+	h = mg_reserve(st, &ev, type, sizeof(pkt), rflags);
+	if (!h)
+		return 1;
+	__builtin_memcpy(h + 1, &pkt, sizeof(pkt));
+	mg_submit(h, sizeof(*h) + sizeof(pkt));
+	return 1;
+}
+
+SEC("cgroup_skb/egress")
+int ip_send_cgskb(struct __sk_buff *skb)
+{
+	return mg_cgskb_event(skb, MAGNET_P_NET_IP_SEND, MAGNET_EV_NET_IP_SEND,
+			      MG_SZ_IP_TOTAL);
+}
+
+SEC("cgroup_skb/ingress")
+int l4_recv_cgskb(struct __sk_buff *skb)
+{
+	return mg_cgskb_event(skb, MAGNET_P_NET_L4_RECV, MAGNET_EV_NET_L4_RECV,
+			      MG_SZ_L4_PAYLOAD);
+}
+
+/* ------------------------------------------------------------------ */
+/* TCP state                                                           */
+
+static __always_inline int mg_tcp_state_event(struct sock *sk)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_tcp_state *p;
+	struct inet_connection_sock *icsk = (void *)sk;
+	struct tcp_sock *tp = (void *)sk;
+	struct magnet_hdr *h;
+	struct magnet_sock s = {};
+	struct mg_ev ev;
+
+	if (!sk)
+		return 0;
+	mg_ev_task(&ev, MAGNET_P_NET_TCP_STATE, 0);
+	mg_sock_addrs(sk, &s, true);
+	ev.aid = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, MG_IPPROTO_TCP);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_NET_TCP_STATE, sizeof(*p), MAGNET_RF_TCP);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	__builtin_memset(p, 0, sizeof(*p));
+	p->family = s.family;
+	p->sport = s.sport;
+	p->dport = s.dport;
+	__builtin_memcpy(p->saddr, s.saddr, 16);
+	__builtin_memcpy(p->daddr, s.daddr, 16);
+	p->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	p->ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+	p->snd_wnd = BPF_CORE_READ(tp, snd_wnd);
+	p->rcv_wnd = BPF_CORE_READ(tp, rcv_wnd);
+	p->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+	p->rto_us = BPF_CORE_READ(icsk, icsk_rto); /* jiffies; user space scales */
+	p->packets_out = BPF_CORE_READ(tp, packets_out);
+	p->retrans_out = BPF_CORE_READ(tp, retrans_out);
+	p->snd_ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+	p->snd_cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	p->write_seq = BPF_CORE_READ(tp, write_seq);
+	p->copied_seq = BPF_CORE_READ(tp, copied_seq);
+	p->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+	p->snd_una = BPF_CORE_READ(tp, snd_una);
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(tcp_state_btf, struct sock *sk, struct sk_buff *skb)
+{
+	return mg_tcp_state_event(sk);
+}
+
+SEC("raw_tp/tcp_probe")
+int BPF_PROG(tcp_state_raw, struct sock *sk, struct sk_buff *skb)
+{
+	return mg_tcp_state_event(sk);
+}
+
+/* ------------------------------------------------------------------ */
+/* scheduler and processes                                             */
+
+static __always_inline int mg_sched_switch_event(struct task_struct *prev,
+						 struct task_struct *next,
+						 __s64 prev_state)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_sched_switch *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+
+	mg_ev_task(&ev, MAGNET_P_SCHED_SWITCH, 0);
+	ev.aid = BPF_CORE_READ(next, pid);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_SCHED_SWITCH, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->prev_tid = BPF_CORE_READ(prev, pid);
+	p->next_tid = BPF_CORE_READ(next, pid);
+	p->prev_state = prev_state;
+	p->prev_prio = BPF_CORE_READ(prev, prio);
+	p->next_prio = BPF_CORE_READ(next, prio);
+	BPF_CORE_READ_STR_INTO(&p->prev_comm, prev, comm);
+	BPF_CORE_READ_STR_INTO(&p->next_comm, next, comm);
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	return mg_sched_switch_event(prev, next, prev_state);
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	return mg_sched_switch_event(prev, next, prev_state);
+}
+
+static __always_inline int mg_wakeup_event(struct task_struct *t)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_sched_wakeup *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+
+	mg_ev_task(&ev, MAGNET_P_SCHED_WAKEUP, 0);
+	ev.aid = BPF_CORE_READ(t, pid);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_SCHED_WAKEUP, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->tid = BPF_CORE_READ(t, pid);
+	p->target_cpu = BPF_CORE_READ(t, wake_cpu);
+	p->prio = BPF_CORE_READ(t, prio);
+	p->reserved = 0;
+	BPF_CORE_READ_STR_INTO(&p->comm, t, comm);
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sched_wakeup_btf, struct task_struct *t)
+{
+	return mg_wakeup_event(t);
+}
+
+SEC("raw_tp/sched_wakeup")
+int BPF_PROG(sched_wakeup_raw, struct task_struct *t)
+{
+	return mg_wakeup_event(t);
+}
+
+static __always_inline int mg_fork_event(struct task_struct *parent,
+					 struct task_struct *child)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_proc_fork *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+
+	mg_ev_task(&ev, MAGNET_P_PROC_FORK, 0);
+	ev.aid = BPF_CORE_READ(child, pid);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_PROC_FORK, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->parent_tid = BPF_CORE_READ(parent, pid);
+	p->child_tid = BPF_CORE_READ(child, pid);
+	BPF_CORE_READ_STR_INTO(&p->parent_comm, parent, comm);
+	BPF_CORE_READ_STR_INTO(&p->child_comm, child, comm);
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(proc_fork_btf, struct task_struct *parent, struct task_struct *child)
+{
+	return mg_fork_event(parent, child);
+}
+
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(proc_fork_raw, struct task_struct *parent, struct task_struct *child)
+{
+	return mg_fork_event(parent, child);
+}
+
+static __always_inline int mg_exit_event(struct task_struct *t)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_proc_exit *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+
+	mg_ev_task(&ev, MAGNET_P_PROC_EXIT, 0);
+	ev.aid = BPF_CORE_READ(t, pid);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_PROC_EXIT, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->exit_code = BPF_CORE_READ(t, exit_code);
+	p->reserved = 0;
+	BPF_CORE_READ_STR_INTO(&p->comm, t, comm);
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(proc_exit_btf, struct task_struct *t)
+{
+	return mg_exit_event(t);
+}
+
+SEC("raw_tp/sched_process_exit")
+int BPF_PROG(proc_exit_raw, struct task_struct *t)
+{
+	return mg_exit_event(t);
+}
+
+/* ------------------------------------------------------------------ */
+/* block I/O                                                           */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} blk_start SEC(".maps");
+
+static __always_inline int mg_blk_event(struct request *rq, int error,
+					unsigned int nr_bytes, bool complete)
+{
+	__u32 slot = complete ? MAGNET_P_BLK_COMPLETE : MAGNET_P_BLK_ISSUE;
+	__u64 key = mg_ptr_bits(rq), *start, lat = 0;
+	struct magnet_probe_pcpu *st;
+	struct gendisk *disk;
+	struct magnet_blk *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+	__u32 op;
+
+	mg_ev_task(&ev, slot, 0);
+	if (!complete) {
+		bpf_map_update_elem(&blk_start, &key, &ev.now, BPF_ANY);
+	} else {
+		start = bpf_map_lookup_elem(&blk_start, &key);
+		if (start) {
+			lat = ev.now - *start;
+			bpf_map_delete_elem(&blk_start, &key);
+		}
+	}
+	ev.size = complete ? nr_bytes : BPF_CORE_READ(rq, __data_len);
+	ev.aid = mg_id(rq);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, complete ? MAGNET_EV_BLK_COMPLETE : MAGNET_EV_BLK_ISSUE,
+		       sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	__builtin_memset(p, 0, sizeof(*p));
+	disk = BPF_CORE_READ(rq, q, disk);
+	if (disk)
+		p->dev = BPF_CORE_READ(disk, major) << 20 | BPF_CORE_READ(disk, first_minor);
+	p->nr_bytes = ev.size;
+	p->sector = BPF_CORE_READ(rq, __sector);
+	p->latency_ns = lat;
+	p->error = error;
+	op = BPF_CORE_READ(rq, cmd_flags) & 0xff; /* REQ_OP_MASK */
+	p->rwbs[0] = op == 0 ? 'R' : op == 1 ? 'W' : op == 2 ? 'F' : op == 3 ? 'D' : 'N';
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(blk_issue_btf, struct request *rq)
+{
+	return mg_blk_event(rq, 0, 0, false);
+}
+
+SEC("raw_tp/block_rq_issue")
+int BPF_PROG(blk_issue_raw, struct request *rq)
+{
+	return mg_blk_event(rq, 0, 0, false);
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(blk_complete_btf, struct request *rq, int error, unsigned int nr_bytes)
+{
+	return mg_blk_event(rq, error, nr_bytes, true);
+}
+
+SEC("raw_tp/block_rq_complete")
+int BPF_PROG(blk_complete_raw, struct request *rq, int error, unsigned int nr_bytes)
+{
+	return mg_blk_event(rq, error, nr_bytes, true);
+}
+
+/* ------------------------------------------------------------------ */
+/* KVM: the tracepoint format carries the vendor-decoded exit reason,
+ * which the tp_btf arguments (vcpu, isa) do not.                      */
+
+SEC("tracepoint/kvm/kvm_exit")
+int kvm_exit_tp(struct trace_event_raw_kvm_exit *ctx)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_kvm_exit *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+
+	mg_ev_task(&ev, MAGNET_P_KVM_EXIT, 0);
+	ev.aid = ((__u64)ev.tgid << 32) | BPF_CORE_READ(ctx, vcpu_id);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_KVM_EXIT, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->vcpu_id = BPF_CORE_READ(ctx, vcpu_id);
+	p->exit_reason = BPF_CORE_READ(ctx, exit_reason);
+	p->isa = BPF_CORE_READ(ctx, isa);
+	p->reserved = 0;
+	p->guest_rip = BPF_CORE_READ(ctx, guest_rip);
+	p->info1 = BPF_CORE_READ(ctx, info1);
+	p->info2 = BPF_CORE_READ(ctx, info2);
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tracepoint/kvm/kvm_entry")
+int kvm_entry_tp(struct trace_event_raw_kvm_entry *ctx)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_kvm_entry *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+
+	mg_ev_task(&ev, MAGNET_P_KVM_ENTRY, 0);
+	ev.aid = ((__u64)ev.tgid << 32) | BPF_CORE_READ(ctx, vcpu_id);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_KVM_ENTRY, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->vcpu_id = BPF_CORE_READ(ctx, vcpu_id);
+	p->reserved = 0;
+	p->guest_rip = BPF_CORE_READ(ctx, rip);
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}

@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Shared BPF machinery of the capture probes: control state, filters,
+ * sampling, in-kernel aggregation, VM tagging and the ring-buffer path with
+ * loss accounting.  Every probe goes through mg_admit() then mg_reserve() /
+ * mg_submit(), so the policy lives in one place.
+ */
+#ifndef MAGNET_BPF_H
+#define MAGNET_BPF_H
+
+#include "magnet/control.h"
+
+#define MG_AF_INET 2
+#define MG_AF_INET6 10
+#define MG_ETH_P_IP 0x0800
+#define MG_ETH_P_IPV6 0x86DD
+#define MG_IPPROTO_TCP 6
+#define MG_IPPROTO_UDP 17
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by the loader before load. */
+const volatile __u64 id_key = 0;     /* scrambles kernel pointers into ids */
+const volatile __u32 self_tgid = 0;  /* the recorder itself: never traced */
+
+/* Run-time control, mmapped by user space (skel->bss). */
+struct magnet_probe_ctl probe_ctl[MAGNET_NPROBES];
+struct magnet_filter_ctl filter_ctl;
+/* Consumer acknowledgement of drops per probe and CPU: a drop that finds
+ * dropped == drop_ack starts a new loss interval (first_drop_ns). */
+__u64 drop_ack[MAGNET_NPROBES][MAGNET_MAX_CPUS];
+/* Cheap change detector for the consumer: any drop bumps it. */
+__u64 total_dropped;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* resized by the loader */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAGNET_NPROBES);
+	__type(key, __u32);
+	__type(value, struct magnet_probe_pcpu);
+} probe_pcpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAGNET_AGG_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct magnet_agg);
+} agg SEC(".maps");
+
+#define MG_SET_MAP(name, ktype)                       \
+	struct {                                      \
+		__uint(type, BPF_MAP_TYPE_HASH);      \
+		__uint(max_entries, 4096);            \
+		__type(key, ktype);                   \
+		__type(value, __u8);                  \
+	} name SEC(".maps")
+
+MG_SET_MAP(filter_tgid, __u32);
+MG_SET_MAP(filter_cgroup, __u64);
+MG_SET_MAP(filter_vm, __u32);
+MG_SET_MAP(filter_abstract, __u64);
+
+/* VM tagging, written by the host registry (issue: VM awareness). */
+#define MG_VM_MAP(name, ktype)                        \
+	struct {                                      \
+		__uint(type, BPF_MAP_TYPE_HASH);      \
+		__uint(max_entries, 65536);           \
+		__type(key, ktype);                   \
+		__type(value, __u32);                 \
+	} name SEC(".maps")
+
+MG_VM_MAP(vm_by_tgid, __u32);
+MG_VM_MAP(vm_by_ifindex, __u32);
+MG_VM_MAP(vm_by_cgroup, __u64);
+
+/* The types every probe emits are kept in BTF so the layout test can compare
+ * them with the C++ view of proto/. */
+struct magnet_hdr mg_btf_hdr __attribute__((unused));
+
+/* The bits of a kernel pointer as a plain number: the verifier forbids
+ * arithmetic on BTF-typed (trusted) pointers, so read them back from the
+ * stack. */
+static __always_inline __u64 mg_ptr_bits(const void *p)
+{
+	__u64 v = 0;
+
+	bpf_probe_read_kernel(&v, sizeof(v), &p);
+	return v;
+}
+
+static __always_inline __u64 mg_id(const void *p)
+{
+	return p ? (mg_ptr_bits(p) ^ id_key) : 0;
+}
+
+static __always_inline __u32 mg_vm_of_task(__u32 tgid, __u64 cgroup)
+{
+	__u32 *vm;
+
+	if (!filter_ctl.vm_tagging)
+		return 0;
+	vm = bpf_map_lookup_elem(&vm_by_tgid, &tgid);
+	if (!vm && cgroup)
+		vm = bpf_map_lookup_elem(&vm_by_cgroup, &cgroup);
+	return vm ? *vm : 0;
+}
+
+static __always_inline __u32 mg_vm_of_ifindex(__u32 ifindex)
+{
+	__u32 *vm;
+
+	if (!filter_ctl.vm_tagging || !ifindex)
+		return 0;
+	vm = bpf_map_lookup_elem(&vm_by_ifindex, &ifindex);
+	return vm ? *vm : 0;
+}
+
+/* What a probe knows about an event before it decides to record it. */
+struct mg_ev {
+	__u64 now;
+	__u64 aid;
+	__u64 cgroup; /* 0 when the program type cannot know it */
+	__u32 tgid;
+	__u32 tid;
+	__u32 vm;
+	__u32 cpu;
+	__s32 size;
+	__u32 slot;
+	__u16 flags; /* MAGNET_RF_* */
+};
+
+/*
+ * Filters, aggregation and sampling.  Returns the per-CPU probe state when
+ * the event must be streamed, NULL otherwise (disabled, filtered out,
+ * aggregation-only, or not sampled).
+ */
+static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
+{
+	__u32 slot = ev->slot;
+	struct magnet_probe_pcpu *st;
+	struct magnet_agg *a;
+	__u32 mode, active, idx;
+
+	if (slot >= MAGNET_NPROBES)
+		return NULL;
+	mode = probe_ctl[slot].mode;
+	if (!mode)
+		return NULL;
+	if (self_tgid && ev->tgid == self_tgid)
+		return NULL;
+
+	active = filter_ctl.active;
+	if (active) {
+		if (active & MAGNET_FK_CPU) {
+			__u32 w = (ev->cpu / 64) & (MAGNET_MAX_CPUS / 64 - 1);
+
+			if (!(filter_ctl.cpu_mask[w] & (1ULL << (ev->cpu % 64))))
+				return NULL;
+		}
+		if ((active & MAGNET_FK_TGID) &&
+		    !bpf_map_lookup_elem(&filter_tgid, &ev->tgid))
+			return NULL;
+		if ((active & MAGNET_FK_CGROUP) &&
+		    !bpf_map_lookup_elem(&filter_cgroup, &ev->cgroup))
+			return NULL;
+		if ((active & MAGNET_FK_VM) &&
+		    !bpf_map_lookup_elem(&filter_vm, &ev->vm))
+			return NULL;
+		if ((active & MAGNET_FK_ABSTRACT) &&
+		    !bpf_map_lookup_elem(&filter_abstract, &ev->aid))
+			return NULL;
+	}
+
+	st = bpf_map_lookup_elem(&probe_pcpu, &slot);
+	if (!st)
+		return NULL;
+	st->seen++;
+
+	if (mode & MAGNET_MODE_AGGREGATE) {
+		idx = slot * (MAGNET_MAX_VM_ID + 1) + (ev->vm & MAGNET_MAX_VM_ID);
+		a = bpf_map_lookup_elem(&agg, &idx);
+		if (a) {
+			a->events++;
+			if (ev->size > 0)
+				a->bytes += ev->size;
+		}
+	}
+	if (!(mode & MAGNET_MODE_STREAM))
+		return NULL;
+
+	if (probe_ctl[slot].sample_every > 1) {
+		if (++st->sample_count < probe_ctl[slot].sample_every)
+			return NULL;
+		st->sample_count = 0;
+		ev->flags |= MAGNET_RF_SAMPLED;
+	}
+	if (probe_ctl[slot].sample_ns) {
+		if (ev->now - st->last_emit_ns < probe_ctl[slot].sample_ns)
+			return NULL;
+		st->last_emit_ns = ev->now;
+		ev->flags |= MAGNET_RF_SAMPLED;
+	}
+	return st;
+}
+
+static __always_inline void mg_count_drop(struct magnet_probe_pcpu *st,
+					  struct mg_ev *ev)
+{
+	__u32 slot = ev->slot, cpu = ev->cpu;
+
+	if (slot < MAGNET_NPROBES && cpu < MAGNET_MAX_CPUS &&
+	    st->dropped == drop_ack[slot][cpu])
+		st->first_drop_ns = ev->now;
+	st->dropped++;
+	st->last_drop_ns = ev->now;
+	__sync_fetch_and_add(&total_dropped, 1);
+}
+
+/* Reserve a record of sizeof(header) + plen bytes (plen: a multiple of 8). */
+static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
+					struct mg_ev *ev, __u16 type,
+					__u32 plen, __u16 flags)
+{
+	struct magnet_hdr *h;
+
+	h = bpf_ringbuf_reserve(&events, sizeof(*h) + plen, 0);
+	if (!h) {
+		mg_count_drop(st, ev);
+		return NULL;
+	}
+	st->emitted++;
+	h->ts_ns = ev->now;
+	h->abstract_id = ev->aid;
+	h->tgid = ev->tgid;
+	h->tid = ev->tid;
+	h->vm_id = ev->vm;
+	h->size = ev->size;
+	h->type = type;
+	h->cpu = ev->cpu;
+	h->len = sizeof(*h) + plen;
+	h->flags = flags | ev->flags;
+	return h;
+}
+
+/* Batched wakeups: wake the consumer only when the data waiting crosses the
+ * watermark; below it the consumer's poll timeout picks the records up. */
+static __always_inline void mg_submit(void *rec, __u32 len)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 wm = filter_ctl.wakeup_watermark;
+	__u64 flag = BPF_RB_NO_WAKEUP;
+
+	if (avail >= wm && avail < wm + len)
+		flag = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(rec, flag);
+}
+
+static __always_inline void mg_ev_task(struct mg_ev *ev, __u32 slot, __s32 size)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	ev->slot = slot;
+	ev->now = bpf_ktime_get_ns();
+	ev->cpu = bpf_get_smp_processor_id();
+	ev->tgid = pid_tgid >> 32;
+	ev->tid = (__u32)pid_tgid;
+	ev->cgroup = bpf_get_current_cgroup_id();
+	ev->vm = mg_vm_of_task(ev->tgid, ev->cgroup);
+	ev->size = size;
+	ev->aid = 0;
+	ev->flags = 0;
+}
+
+#endif /* MAGNET_BPF_H */

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * magnet control ABI: the state user space writes into the BPF object at run
+ * time (enable/disable, sampling, filters, VM tagging) and the counters it
+ * reads back (aggregation, loss).  Shared by kmod/ and host/.
+ *
+ * Everything here can change while the probes run; nothing needs a reload.
+ */
+#ifndef MAGNET_PROTO_CONTROL_H
+#define MAGNET_PROTO_CONTROL_H
+
+#include "magnet/event.h"
+
+/* Largest VM id the in-kernel aggregation tables index directly. */
+#define MAGNET_MAX_VM_ID 255
+#define MAGNET_MAX_CPUS 256
+
+/* probe_ctl[slot].mode bits */
+enum magnet_probe_mode {
+	MAGNET_MODE_STREAM = 1 << 0,    /* copy records to the ring buffer */
+	MAGNET_MODE_AGGREGATE = 1 << 1, /* count events/bytes per VM in kernel */
+};
+
+/* One per probe slot, in the object's .data (mmapped by user space). */
+struct magnet_probe_ctl {
+	__u32 mode;         /* 0 = disabled */
+	__u32 sample_every; /* 1-in-N per CPU; 0 or 1 = every event */
+	__u64 sample_ns;    /* at most one record per CPU per this many ns; 0 = off */
+};
+
+/* filter_ctl.active bits: which filter sets are in force (AND of kinds). */
+enum magnet_filter_kind {
+	MAGNET_FK_CPU = 1 << 0,
+	MAGNET_FK_TGID = 1 << 1,
+	MAGNET_FK_CGROUP = 1 << 2,
+	MAGNET_FK_VM = 1 << 3,
+	MAGNET_FK_ABSTRACT = 1 << 4,
+};
+
+/*
+ * Global knobs in .data.  Each active kind admits a record only if its value
+ * is a key of the matching map (filter_tgid, filter_cgroup, filter_vm,
+ * filter_abstract) or, for CPUs, its bit is set in cpu_mask.
+ */
+struct magnet_filter_ctl {
+	__u32 active;
+	__u32 vm_tagging;  /* non-zero when any vm_by_* map has entries */
+	__u64 cpu_mask[MAGNET_MAX_CPUS / 64];
+	/* Ring-buffer wakeup: wake the consumer only when this many bytes are
+	 * waiting (MAGNeT's read watermark); the consumer also polls with a
+	 * timeout, so nothing waits longer than that. */
+	__u64 wakeup_watermark;
+};
+
+/* Per-CPU, per-probe state and counters (percpu array, index = slot). */
+struct magnet_probe_pcpu {
+	__u64 seen;          /* events that passed the filters */
+	__u64 emitted;       /* records reserved in the ring buffer */
+	__u64 dropped;       /* records lost: ring buffer full */
+	__u64 first_drop_ns; /* first drop since the consumer last acknowledged */
+	__u64 last_drop_ns;
+	__u64 last_emit_ns;  /* for time-based sampling */
+	__u64 sample_count;  /* for 1-in-N sampling */
+	__u64 reserved;
+};
+
+/* In-kernel aggregation: per-CPU counters, index = slot * (MAX_VM_ID+1) + vm_id. */
+struct magnet_agg {
+	__u64 events;
+	__u64 bytes;
+};
+#define MAGNET_AGG_ENTRIES (MAGNET_NPROBES * (MAGNET_MAX_VM_ID + 1))
+
+MAGNET_ASSERT_SIZE(magnet_probe_ctl, 16);
+MAGNET_ASSERT_SIZE(magnet_probe_pcpu, 64);
+MAGNET_ASSERT_SIZE(magnet_agg, 16);
+
+#endif /* MAGNET_PROTO_CONTROL_H */

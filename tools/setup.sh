@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything magnet needs to build, test and run its lab, from
+# Debian 12 packages.  Idempotent: installs only what is missing.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake pkg-config clang llvm
+  libbpf-dev bpftool libelf-dev zlib1g-dev
+  libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libyaml-cpp-dev nlohmann-json3-dev libvirt-dev
+  # run and test: traffic, capture comparison, namespaces
+  iproute2 iperf3 tcpdump procps util-linux
+  # lab: VMs and their images
+  libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
+  busybox-static cpio kmod socat
+)
+if [[ -n "${MAGNET_EXTRA_PACKAGES:-}" ]]; then
+  read -r -a extra <<<"$MAGNET_EXTRA_PACKAGES"
+  packages+=("${extra[@]}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup: missing packages: ${missing[*]}; run as root to install them" >&2
+  exit 1
+fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${missing[@]}" >/dev/null
