@@ -564,6 +564,16 @@ status capture::set_mode(uint16_t type, uint32_t mode) {
   return {};
 }
 
+void capture::arm(uint16_t type, uint32_t mode) {
+  int slot = probe_slot(type);
+  if (slot >= 0) skel_->bss->probe_ctl[slot].mode = mode;
+}
+
+int capture::program_fd(const char* name) const {
+  auto* p = bpf_object__find_program_by_name(skel_->obj, name);
+  return p ? bpf_program__fd(p) : -1;
+}
+
 void capture::set_sampling(uint16_t type, uint32_t every, uint64_t interval_ns) {
   int slot = probe_slot(type);
   if (slot < 0) return;

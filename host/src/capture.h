@@ -94,6 +94,10 @@ class capture : public drop_source {
   // detaches, so a disabled probe costs nothing).
   status set_mode(uint16_t type, uint32_t mode);
   void set_sampling(uint16_t type, uint32_t every, uint64_t interval_ns);
+  // Writes a probe's mode without attaching it (BPF_PROG_TEST_RUN tests
+  // drive the programs directly).
+  void arm(uint16_t type, uint32_t mode);
+  int program_fd(const char* name) const;
   status set_filter_sets(uint32_t active, const std::set<uint32_t>& cpus,
                          const std::set<uint32_t>& tgids, const std::set<uint64_t>& cgroups,
                          const std::set<uint32_t>& vms, const std::set<uint64_t>& ids);

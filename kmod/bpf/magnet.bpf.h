@@ -77,9 +77,30 @@ MG_VM_MAP(vm_by_tgid, __u32);
 MG_VM_MAP(vm_by_ifindex, __u32);
 MG_VM_MAP(vm_by_cgroup, __u64);
 
-/* The types every probe emits are kept in BTF so the layout test can compare
- * them with the C++ view of proto/. */
-struct magnet_hdr mg_btf_hdr __attribute__((unused));
+/* BTF only describes types that globals, maps or signatures reference; this
+ * one-entry map keeps every record layout in the object's BTF so the layout
+ * test can compare it with the C++ view of proto/.  Never read or written.
+ * (A map rather than a global: the skeleton would expose a global's type.) */
+struct mg_btf_anchor {
+	struct magnet_hdr hdr;
+	struct magnet_sock sock;
+	struct magnet_pkt pkt;
+	struct magnet_tcp_state tcp_state;
+	struct magnet_sched_switch sched_switch;
+	struct magnet_sched_wakeup sched_wakeup;
+	struct magnet_proc_fork proc_fork;
+	struct magnet_proc_exit proc_exit;
+	struct magnet_blk blk;
+	struct magnet_kvm_exit kvm_exit;
+	struct magnet_kvm_entry kvm_entry;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mg_btf_anchor);
+} mg_btf_types SEC(".maps");
 
 /* The bits of a kernel pointer as a plain number: the verifier forbids
  * arithmetic on BTF-typed (trusted) pointers, so read them back from the
@@ -199,7 +220,8 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 		ev->flags |= MAGNET_RF_SAMPLED;
 	}
 	if (probe_ctl[slot].sample_ns) {
-		if (ev->now - st->last_emit_ns < probe_ctl[slot].sample_ns)
+		if (st->last_emit_ns &&
+		    ev->now - st->last_emit_ns < probe_ctl[slot].sample_ns)
 			return NULL;
 		st->last_emit_ns = ev->now;
 		ev->flags |= MAGNET_RF_SAMPLED;

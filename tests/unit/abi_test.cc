@@ -1,0 +1,89 @@
+// The event ABI: sizes, offsets, id ranges and the catalogue.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <set>
+#include <string>
+
+#include "magnet/control.h"
+#include "magnet/events.h"
+#include "magnet/flow.h"
+
+namespace magnet {
+namespace {
+
+TEST(Abi, HeaderLayoutIsFixed) {
+  EXPECT_EQ(sizeof(magnet_hdr), 40u);
+  EXPECT_EQ(offsetof(magnet_hdr, ts_ns), 0u);
+  EXPECT_EQ(offsetof(magnet_hdr, abstract_id), 8u);
+  EXPECT_EQ(offsetof(magnet_hdr, tgid), 16u);
+  EXPECT_EQ(offsetof(magnet_hdr, tid), 20u);
+  EXPECT_EQ(offsetof(magnet_hdr, vm_id), 24u);
+  EXPECT_EQ(offsetof(magnet_hdr, size), 28u);
+  EXPECT_EQ(offsetof(magnet_hdr, type), 32u);
+  EXPECT_EQ(offsetof(magnet_hdr, cpu), 34u);
+  EXPECT_EQ(offsetof(magnet_hdr, len), 36u);
+  EXPECT_EQ(offsetof(magnet_hdr, flags), 38u);
+}
+
+TEST(Abi, EveryPayloadIsAMultipleOfTheRecordAlignment) {
+  for (uint16_t k = 1; k < MAGNET_PL_COUNT; ++k) {
+    SCOPED_TRACE(std::string(payload_kind_name(k)));
+    ASSERT_GT(payload_size(k), 0u);
+    EXPECT_EQ(payload_size(k) % MAGNET_RECORD_ALIGN, 0u);
+    EXPECT_LE(sizeof(magnet_hdr) + payload_size(k), size_t{MAGNET_MAX_RECORD});
+  }
+}
+
+TEST(Abi, EventIdsAreUniqueAndInTheirReservedRanges) {
+  std::set<uint16_t> ids;
+  std::set<std::string_view> names;
+  for (const auto& e : all_events()) {
+    SCOPED_TRACE(std::string(e.name));
+    EXPECT_TRUE(ids.insert(e.type).second) << "duplicate id";
+    EXPECT_TRUE(names.insert(e.name).second) << "duplicate name";
+    EXPECT_NE(e.type, 0);
+    auto n = e.name;
+    if (n.starts_with("stream.")) EXPECT_LT(e.type, 0x0100);
+    else if (n.starts_with("net.")) EXPECT_TRUE(e.type >= 0x0100 && e.type < 0x0200);
+    else if (n.starts_with("sched.") || n.starts_with("proc.")) EXPECT_TRUE(e.type >= 0x0200 && e.type < 0x0300);
+    else if (n.starts_with("blk.")) EXPECT_TRUE(e.type >= 0x0300 && e.type < 0x0400);
+    else if (n.starts_with("kvm.")) EXPECT_TRUE(e.type >= 0x0400 && e.type < 0x0500);
+    else ADD_FAILURE() << "event outside any reserved range";
+  }
+}
+
+TEST(Abi, StableIdsNeverChange) {
+  // Changing any of these breaks every trace ever written.
+  EXPECT_EQ(MAGNET_EV_SYSINFO, 0x0001);
+  EXPECT_EQ(MAGNET_EV_LOST, 0x0002);
+  EXPECT_EQ(MAGNET_EV_NET_SOCK_SEND, 0x0100);
+  EXPECT_EQ(MAGNET_EV_NET_DEV_RECV, 0x0107);
+  EXPECT_EQ(MAGNET_EV_SCHED_SWITCH, 0x0200);
+  EXPECT_EQ(MAGNET_EV_BLK_ISSUE, 0x0300);
+  EXPECT_EQ(MAGNET_EV_KVM_EXIT, 0x0400);
+}
+
+TEST(Abi, ProbeSlotsMapBothWays) {
+  for (int s = 0; s < MAGNET_NPROBES; ++s) {
+    uint16_t t = probe_type(s);
+    ASSERT_NE(t, 0) << s;
+    EXPECT_EQ(probe_slot(t), s);
+    EXPECT_NE(find_event(t), nullptr);
+  }
+  EXPECT_EQ(probe_slot(MAGNET_EV_LOST), -1);
+}
+
+TEST(Abi, FlowIdDependsOnDirectionAndEveryTupleField) {
+  uint8_t a[16] = {10, 0, 0, 1}, b[16] = {10, 0, 0, 2};
+  uint64_t f = magnet_flow_id(a, b, 5000, 6000, 17);
+  EXPECT_NE(f, 0u);
+  EXPECT_EQ(f, magnet_flow_id(a, b, 5000, 6000, 17));
+  EXPECT_NE(f, magnet_flow_id(b, a, 6000, 5000, 17));
+  EXPECT_NE(f, magnet_flow_id(a, b, 5001, 6000, 17));
+  EXPECT_NE(f, magnet_flow_id(a, b, 5000, 6001, 17));
+  EXPECT_NE(f, magnet_flow_id(a, b, 5000, 6000, 6));
+}
+
+}  // namespace
+}  // namespace magnet

@@ -1,0 +1,58 @@
+#include <gtest/gtest.h>
+
+#include "cli.h"
+
+namespace magnet::cli {
+namespace {
+
+TEST(Cli, Sizes) {
+  EXPECT_EQ(*parse_size("4096"), 4096u);
+  EXPECT_EQ(*parse_size("64K"), 65536u);
+  EXPECT_EQ(*parse_size("16M"), 16u << 20);
+  EXPECT_EQ(*parse_size("1G"), 1u << 30);
+  EXPECT_FALSE(parse_size(""));
+  EXPECT_FALSE(parse_size("abc"));
+  EXPECT_FALSE(parse_size("12Q"));
+  EXPECT_FALSE(parse_size("0"));
+  EXPECT_FALSE(parse_size("-5"));
+  EXPECT_FALSE(parse_size("99999999G"));
+}
+
+TEST(Cli, Durations) {
+  EXPECT_EQ(*parse_duration_ns("2"), 2'000'000'000u);
+  EXPECT_EQ(*parse_duration_ns("2.5s"), 2'500'000'000u);
+  EXPECT_EQ(*parse_duration_ns("500ms"), 500'000'000u);
+  EXPECT_EQ(*parse_duration_ns("100us"), 100'000u);
+  EXPECT_FALSE(parse_duration_ns("0"));
+  EXPECT_FALSE(parse_duration_ns("-1"));
+  EXPECT_FALSE(parse_duration_ns("5 parsecs"));
+  EXPECT_FALSE(parse_duration_ns("nan"));
+}
+
+TEST(Cli, Counts) {
+  EXPECT_EQ(*parse_count("10"), 10u);
+  EXPECT_FALSE(parse_count("0"));
+  EXPECT_FALSE(parse_count("1.5"));
+  EXPECT_FALSE(parse_count("ten"));
+  EXPECT_FALSE(parse_count("-3"));
+}
+
+TEST(Cli, ArgsConsumeOptionsAndRejectUnknownOnes) {
+  args a("record", {"-o", "f.mtr", "--probes=net", "--quiet", "pos"});
+  EXPECT_EQ(a.value("--output", "-o"), "f.mtr");
+  EXPECT_EQ(a.value("--probes", "-p"), "net");
+  EXPECT_TRUE(a.flag("--quiet", "-q"));
+  EXPECT_EQ(a.finish(1, 1), std::vector<std::string>{"pos"});
+
+  args b("record", {"--bogus"});
+  EXPECT_THROW(b.finish(0, 0), usage_error);
+  args c("record", {"-o"});
+  EXPECT_THROW(c.value("--output", "-o"), usage_error);
+  args d("dump", {});
+  EXPECT_THROW(d.finish(1, 1, "trace FILE"), usage_error);
+  args e("dump", {"a", "b"});
+  EXPECT_THROW(e.finish(1, 1), usage_error);
+}
+
+}  // namespace
+}  // namespace magnet::cli
