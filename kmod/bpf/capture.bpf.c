@@ -55,33 +55,35 @@ static __always_inline void mg_sock_addrs(struct sock *sk, struct magnet_sock *p
 	}
 }
 
+/* An unconnected socket (a UDP server before connect()) has no peer in
+ * struct sock, and 6.x copies linear datagrams without a tracepoint, so its
+ * receive records carry only the local end (saddr/sport zero). */
 static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 					 __u16 type)
 {
+	bool send = slot == MAGNET_P_NET_SOCK_SEND;
 	struct magnet_probe_pcpu *st;
-	struct magnet_sock *p;
+	struct magnet_sock s = {};
 	struct magnet_hdr *h;
 	struct mg_ev ev;
-	__u16 family;
 
-	if (!sk)
+	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode || !sk)
 		return 0;
-	family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	if (family != MG_AF_INET && family != MG_AF_INET6)
+	s.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (s.family != MG_AF_INET && s.family != MG_AF_INET6)
 		return 0;
 	mg_ev_task(&ev, slot, ret);
+	mg_sock_addrs(sk, &s, send);
+	/* The flow id is known before the filters run: it can be filtered on. */
+	ev.aid = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, s.protocol);
 	st = mg_admit(&ev);
 	if (!st)
 		return 0;
-	h = mg_reserve(st, &ev, type, sizeof(*p), 0);
+	h = mg_reserve(st, &ev, type, sizeof(s), 0);
 	if (!h)
 		return 0;
-	p = (void *)(h + 1);
-	__builtin_memset(p, 0, sizeof(*p));
-	mg_sock_addrs(sk, p, slot == MAGNET_P_NET_SOCK_SEND);
-	h->abstract_id = magnet_flow_id(p->saddr, p->daddr, p->sport, p->dport,
-					p->protocol);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	__builtin_memcpy(h + 1, &s, sizeof(s));
+	mg_submit(h, sizeof(*h) + sizeof(s));
 	return 0;
 }
 
@@ -269,7 +271,7 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 	struct mg_ev ev;
 	const void *l3;
 
-	if (!skb)
+	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode || !skb)
 		return 0;
 	dev = BPF_CORE_READ(skb, dev);
 	pkt.ifindex = dev ? BPF_CORE_READ(dev, ifindex) : 0;
@@ -411,6 +413,8 @@ static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 	struct mg_ev ev;
 	__u32 n;
 
+	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode)
+		return 1;
 	pkt.l3proto = bpf_ntohs(skb->protocol);
 	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
 		return 1;
@@ -482,7 +486,7 @@ static __always_inline int mg_tcp_state_event(struct sock *sk)
 	struct magnet_sock s = {};
 	struct mg_ev ev;
 
-	if (!sk)
+	if (!probe_ctl[MAGNET_P_NET_TCP_STATE].mode || !sk)
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_NET_TCP_STATE, 0);
 	mg_sock_addrs(sk, &s, true);
@@ -542,6 +546,8 @@ static __always_inline int mg_sched_switch_event(struct task_struct *prev,
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 
+	if (!probe_ctl[MAGNET_P_SCHED_SWITCH].mode)
+		return 0;
 	mg_ev_task(&ev, MAGNET_P_SCHED_SWITCH, 0);
 	ev.aid = BPF_CORE_READ(next, pid);
 	st = mg_admit(&ev);
@@ -583,6 +589,8 @@ static __always_inline int mg_wakeup_event(struct task_struct *t)
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 
+	if (!probe_ctl[MAGNET_P_SCHED_WAKEUP].mode)
+		return 0;
 	mg_ev_task(&ev, MAGNET_P_SCHED_WAKEUP, 0);
 	ev.aid = BPF_CORE_READ(t, pid);
 	st = mg_admit(&ev);
@@ -621,6 +629,8 @@ static __always_inline int mg_fork_event(struct task_struct *parent,
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 
+	if (!probe_ctl[MAGNET_P_PROC_FORK].mode)
+		return 0;
 	mg_ev_task(&ev, MAGNET_P_PROC_FORK, 0);
 	ev.aid = BPF_CORE_READ(child, pid);
 	st = mg_admit(&ev);
@@ -657,6 +667,8 @@ static __always_inline int mg_exit_event(struct task_struct *t)
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 
+	if (!probe_ctl[MAGNET_P_PROC_EXIT].mode)
+		return 0;
 	mg_ev_task(&ev, MAGNET_P_PROC_EXIT, 0);
 	ev.aid = BPF_CORE_READ(t, pid);
 	st = mg_admit(&ev);
@@ -707,6 +719,8 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	struct mg_ev ev;
 	__u32 op;
 
+	if (!probe_ctl[MAGNET_P_BLK_ISSUE].mode && !probe_ctl[MAGNET_P_BLK_COMPLETE].mode)
+		return 0;
 	mg_ev_task(&ev, slot, 0);
 	if (!complete) {
 		bpf_map_update_elem(&blk_start, &key, &ev.now, BPF_ANY);
@@ -777,6 +791,8 @@ int kvm_exit_tp(struct trace_event_raw_kvm_exit *ctx)
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 
+	if (!probe_ctl[MAGNET_P_KVM_EXIT].mode)
+		return 0;
 	mg_ev_task(&ev, MAGNET_P_KVM_EXIT, 0);
 	ev.aid = ((__u64)ev.tgid << 32) | BPF_CORE_READ(ctx, vcpu_id);
 	st = mg_admit(&ev);
@@ -805,6 +821,8 @@ int kvm_entry_tp(struct trace_event_raw_kvm_entry *ctx)
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 
+	if (!probe_ctl[MAGNET_P_KVM_ENTRY].mode)
+		return 0;
 	mg_ev_task(&ev, MAGNET_P_KVM_ENTRY, 0);
 	ev.aid = ((__u64)ev.tgid << 32) | BPF_CORE_READ(ctx, vcpu_id);
 	st = mg_admit(&ev);

@@ -1,0 +1,76 @@
+// Bad input and missing privileges for the commands that load probes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "proc.h"
+
+namespace magnet {
+namespace {
+
+using test::run;
+
+void expect_usage_error(const std::vector<std::string>& args, const std::string& message) {
+  std::vector<std::string> argv = {MAGNET_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run(argv);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find(message), std::string::npos) << "stderr: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << "nothing on stdout: " << r.out;
+}
+
+TEST(CliRecord, UsageErrorsNameTheProblem) {
+  expect_usage_error({"record"}, "missing -o FILE");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--probes", "net.bogus"},
+                     "unknown probe 'net.bogus'");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--filter", "tgdi == 1"}, "unknown field");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--filter", "tgid == "}, "--filter:");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--sample", "0"}, "--sample: must be at least 1");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--sample", "ten"}, "not a positive integer");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--buffer", "3000"}, "power of two");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--duration", "-3"}, "--duration");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--frobnicate"}, "unknown option '--frobnicate'");
+  expect_usage_error({"stat", "--interval", "soon"}, "not a duration");
+  expect_usage_error({"stat", "--probes", ""}, "empty probe list");
+  expect_usage_error({"frobnicate"}, "unknown command 'frobnicate'");
+}
+
+TEST(CliRecord, UnwritableOutputIsAClearError) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  auto r = run({MAGNET_BIN, "record", "-o", "/nonexistent/dir/t.mtr", "-d", "1"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("cannot create trace file /nonexistent/dir/t.mtr"), std::string::npos)
+      << r.err;
+}
+
+TEST(CliRecord, MissingCapabilitiesAreNamed) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop to an unprivileged user";
+  auto r = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                MAGNET_BIN, "record", "-o", "/tmp/never-written.mtr", "-d", "1"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("CAP_BPF"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("CAP_PERFMON"), std::string::npos) << r.err;
+  EXPECT_NE(access("/tmp/never-written.mtr", F_OK), 0) << "no partial file";
+}
+
+TEST(CliRecord, ProbesListsMethodsAndReasonsAsJson) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to probe BPF features";
+  auto r = run({MAGNET_BIN, "probes", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"probe\":\"net.sock.send\""), std::string::npos);
+  EXPECT_NE(r.out.find("\"attach\":\"tp_btf\""), std::string::npos);
+  EXPECT_NE(r.out.find("\"method\":\"kprobe\""), std::string::npos);
+}
+
+TEST(CliRecord, StatPrintsPerLayerCountsFromAggregation) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  auto r = run({MAGNET_BIN, "stat", "--probes", "sched", "--interval", "200ms", "--count", "2",
+                "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  int lines = 0;
+  for (char c : r.out) lines += c == '\n';
+  EXPECT_EQ(lines, 2);
+  EXPECT_NE(r.out.find("\"probe\":\"sched.switch\""), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace magnet

@@ -1,0 +1,213 @@
+#include "proc.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace magnet::test {
+namespace {
+
+double now_s() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+[[noreturn]] void exec_argv(const std::vector<std::string>& argv) {
+  std::vector<char*> a;
+  for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+  a.push_back(nullptr);
+  execvp(a[0], a.data());
+  std::fprintf(stderr, "exec %s failed\n", a[0]);
+  _exit(127);
+}
+
+int decode(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
+
+int wait_bounded(pid_t pid, int timeout_s) {
+  double end = now_s() + timeout_s;
+  int st = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return decode(st);
+    if (now_s() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    usleep(10000);
+  }
+}
+
+std::string read_file(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+run_result run(const std::vector<std::string>& argv, int timeout_s) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) throw std::runtime_error("pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    exec_argv(argv);
+  }
+  close(out[1]);
+  close(err[1]);
+  run_result r;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  double end = now_s() + timeout_s;
+  char buf[65536];
+  while (open_fds && now_s() < end) {
+    if (poll(fds, 2, 100) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i ? r.err : r.out).append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) close(f.fd);
+  r.status = wait_bounded(pid, std::max(1, static_cast<int>(end - now_s())));
+  return r;
+}
+
+void sh(const std::string& cmd) {
+  if (int rc = std::system(cmd.c_str()); rc != 0)
+    throw std::runtime_error("command failed (" + std::to_string(rc) + "): " + cmd);
+}
+
+child::child(const std::vector<std::string>& argv) {
+  char tmpl[] = "/tmp/magnet-child-XXXXXX";
+  int fd = mkstemp(tmpl);
+  err_path_ = tmpl;
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(fd, 2);
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    exec_argv(argv);
+  }
+  close(fd);
+}
+
+child::~child() {
+  if (pid_ > 0) stop(SIGKILL, 5);
+  unlink(err_path_.c_str());
+}
+
+bool child::wait_for_stderr(const std::string& text, int timeout_s) {
+  double end = now_s() + timeout_s;
+  while (now_s() < end) {
+    if (stderr_text().find(text) != std::string::npos) return true;
+    int st;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    usleep(20000);
+  }
+  return false;
+}
+
+int child::stop(int sig, int timeout_s) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, sig);
+  int rc = wait_bounded(pid_, timeout_s);
+  pid_ = -1;
+  return rc;
+}
+
+std::string child::stderr_text() const { return read_file(err_path_); }
+
+ns_task::ns_task(const std::string& ns, std::function<int(const std::function<void()>&)> fn) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC)) throw std::runtime_error("pipe");
+  pid_ = fork();
+  if (pid_ == 0) {
+    close(p[0]);
+    int fd = open(("/run/netns/" + ns).c_str(), O_RDONLY);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(120);
+    int w = p[1];
+    int rc = fn([w] {
+      char c = 1;
+      (void)!write(w, &c, 1);
+    });
+    _exit(rc);
+  }
+  close(p[1]);
+  ready_fd_ = p[0];
+}
+
+ns_task::~ns_task() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  if (ready_fd_ >= 0) close(ready_fd_);
+}
+
+bool ns_task::wait_ready(int timeout_s) {
+  pollfd f{ready_fd_, POLLIN, 0};
+  if (poll(&f, 1, timeout_s * 1000) != 1) return false;
+  char c;
+  return read(ready_fd_, &c, 1) == 1;
+}
+
+int ns_task::join(int timeout_s) {
+  int rc = wait_bounded(pid_, timeout_s);
+  pid_ = -1;
+  return rc;
+}
+
+veth_pair::veth_pair() {
+  std::string id = std::to_string(getpid());
+  ns_a = "magnet-ta-" + id;
+  ns_b = "magnet-tb-" + id;
+  std::string va = "mgta" + id, vb = "mgtb" + id;
+  va.resize(std::min<size_t>(va.size(), 15));
+  vb.resize(std::min<size_t>(vb.size(), 15));
+  sh("ip netns add " + ns_a);
+  sh("ip netns add " + ns_b);
+  sh("ip link add " + va + " netns " + ns_a + " type veth peer name " + vb + " netns " + ns_b);
+  sh("ip -n " + ns_a + " addr add " + addr_a + "/24 dev " + va);
+  sh("ip -n " + ns_b + " addr add " + addr_b + "/24 dev " + vb);
+  for (const auto& [ns, dev] : {std::pair{ns_a, va}, {ns_b, vb}}) {
+    sh("ip -n " + ns + " link set lo up");
+    sh("ip -n " + ns + " link set " + dev + " up");
+  }
+  // Static neighbours: no ARP exchange in the middle of a measurement.
+  sh("ip -n " + ns_a + " neigh replace " + addr_b + " dev " + va + " lladdr $(ip -n " + ns_b +
+     " -o link show " + vb + " | sed -n 's/.*link\\/ether \\([0-9a-f:]*\\).*/\\1/p') nud permanent");
+  sh("ip -n " + ns_b + " neigh replace " + addr_a + " dev " + vb + " lladdr $(ip -n " + ns_a +
+     " -o link show " + va + " | sed -n 's/.*link\\/ether \\([0-9a-f:]*\\).*/\\1/p') nud permanent");
+}
+
+veth_pair::~veth_pair() {
+  std::system(("ip netns del " + ns_a + " 2>/dev/null").c_str());
+  std::system(("ip netns del " + ns_b + " 2>/dev/null").c_str());
+}
+
+}  // namespace magnet::test

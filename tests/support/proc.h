@@ -1,0 +1,65 @@
+// Test support: run programs, run code inside a network namespace, and
+// build two namespaces joined by a veth pair.  Everything started here is
+// ended by PID; everything created is removed in destructors.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace magnet::test {
+
+struct run_result {
+  int status = -1;  // exit code, or 128+signal
+  std::string out, err;
+};
+
+// Runs argv to completion (bounded by timeout_s), capturing its output.
+run_result run(const std::vector<std::string>& argv, int timeout_s = 60);
+// Shell convenience for setup commands; throws on failure.
+void sh(const std::string& cmd);
+
+// A background process with stderr to a file.
+class child {
+ public:
+  child(const std::vector<std::string>& argv);
+  ~child();
+  child(const child&) = delete;
+  pid_t pid() const { return pid_; }
+  // Waits until stderr contains @text (bounded); false on timeout or exit.
+  bool wait_for_stderr(const std::string& text, int timeout_s = 20);
+  int stop(int sig, int timeout_s = 30);  // signal, then wait; returns exit code
+  std::string stderr_text() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string err_path_;
+};
+
+// fork(); the child enters /run/netns/@ns and runs @fn; its return value is
+// the exit code.  @ready (optional) lets the child tell the parent it is set
+// up (call it once).
+class ns_task {
+ public:
+  ns_task(const std::string& ns, std::function<int(const std::function<void()>& ready)> fn);
+  ~ns_task();
+  pid_t pid() const { return pid_; }
+  bool wait_ready(int timeout_s = 10);
+  int join(int timeout_s = 60);
+
+ private:
+  pid_t pid_ = -1;
+  int ready_fd_ = -1;
+};
+
+class veth_pair {
+ public:
+  veth_pair();  // namespaces magnet-t{a,b}-PID, 10.199.0.1/24 <-> 10.199.0.2/24
+  ~veth_pair();
+  std::string ns_a, ns_b;
+  std::string addr_a = "10.199.0.1", addr_b = "10.199.0.2";
+};
+
+}  // namespace magnet::test

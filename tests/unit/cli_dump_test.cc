@@ -1,0 +1,85 @@
+// `magnet dump` on good, damaged and foreign input: an error names the
+// problem and nothing else is printed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "magnet/record.h"
+#include "magnet/trace_file.h"
+#include "proc.h"
+
+namespace magnet {
+namespace {
+
+using test::run;
+
+struct trace_fixture {
+  std::string path = "/tmp/magnet-dump-" + std::to_string(getpid()) + ".mtr";
+  trace_fixture() {
+    auto w = trace_writer::create(path, local_sysinfo(), {MAGNET_EV_NET_SOCK_SEND});
+    magnet_hdr h{};
+    h.type = MAGNET_EV_NET_SOCK_SEND;
+    h.size = 1400;
+    h.tgid = 77;
+    for (int i = 0; i < 3; ++i) {
+      h.ts_ns = 100 + i;
+      auto r = make_record(h, magnet_sock{.family = 2, .protocol = 17, .sport = 1, .dport = 2});
+      (void)w->append(r);
+    }
+    (void)w->close();
+  }
+  ~trace_fixture() { unlink(path.c_str()); }
+};
+
+TEST(CliDump, FormatsAreComplete) {
+  trace_fixture t;
+  auto csv = run({MAGNET_BIN, "dump", t.path, "--format", "csv"});
+  ASSERT_EQ(csv.status, 0) << csv.err;
+  EXPECT_EQ(csv.out.rfind("ts_ns,cpu,event,vm,tgid,tid,abstract_id,size", 0), 0u);
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 4) << "header + 3 records";
+  auto json = run({MAGNET_BIN, "dump", t.path, "--format", "json"});
+  ASSERT_EQ(json.status, 0);
+  EXPECT_NE(json.out.find("\"event\":\"stream.sysinfo\""), std::string::npos);
+  EXPECT_EQ(std::count(json.out.begin(), json.out.end(), '\n'), 4) << "sysinfo + 3 records";
+  auto text = run({MAGNET_BIN, "dump", t.path});
+  ASSERT_EQ(text.status, 0);
+  EXPECT_NE(text.out.find("net.sock.send vm=0 tgid=77"), std::string::npos) << text.out;
+}
+
+TEST(CliDump, TruncatedTracePrintsNothingButTheError) {
+  trace_fixture t;
+  truncate(t.path.c_str(), static_cast<off_t>(std::ifstream(t.path, std::ios::ate).tellg()) - 5);
+  auto r = run({MAGNET_BIN, "dump", t.path, "--format", "csv"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(r.out.empty()) << "no partial output: " << r.out;
+  EXPECT_NE(r.err.find("truncated record"), std::string::npos) << r.err;
+}
+
+TEST(CliDump, BadInputs) {
+  auto missing = run({MAGNET_BIN, "dump", "/nonexistent.mtr"});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("cannot open trace file /nonexistent.mtr"), std::string::npos);
+  auto notrace = run({MAGNET_BIN, "dump", "/etc/hostname"});
+  EXPECT_EQ(notrace.status, 1);
+  EXPECT_NE(notrace.err.find("not a magnet trace file"), std::string::npos) << notrace.err;
+  auto dir = run({MAGNET_BIN, "dump", "/tmp"});
+  EXPECT_EQ(dir.status, 1);
+  auto fmt = run({MAGNET_BIN, "dump", "/etc/hostname", "--format", "xml"});
+  EXPECT_EQ(fmt.status, 2);
+  EXPECT_NE(fmt.err.find("'xml' is not one of text, csv, json"), std::string::npos);
+  auto none = run({MAGNET_BIN, "dump"});
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.err.find("missing trace FILE"), std::string::npos) << none.err;
+}
+
+TEST(CliDump, HelpOnEveryCommand) {
+  for (const char* cmd : {"probes", "record", "dump", "stat"}) {
+    auto r = run({MAGNET_BIN, cmd, "--help"});
+    EXPECT_EQ(r.status, 0) << cmd;
+    EXPECT_NE(r.out.find("Usage: magnet"), std::string::npos) << cmd;
+  }
+}
+
+}  // namespace
+}  // namespace magnet
