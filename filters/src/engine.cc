@@ -1,0 +1,775 @@
+#include "magnet/filters/engine.h"
+
+#include <algorithm>
+#include <bit>
+#include <cinttypes>
+#include <cstdio>
+#include <numeric>
+#include <unordered_map>
+
+#include "magnet/events.h"
+#include "magnet/filters/sketch.h"
+#include "magnet/record.h"
+#include "payload.h"
+#include "tables.h"
+
+namespace magnet::filters {
+
+namespace {
+
+dist_stats dist_of(const quantile_sketch& s) {
+  dist_stats d;
+  d.count = s.count();
+  d.sum = s.sum();
+  d.mean = s.mean();
+  d.min = s.min();
+  d.max = s.max();
+  d.p50 = s.quantile(0.5);
+  d.p90 = s.quantile(0.9);
+  d.p99 = s.quantile(0.99);
+  d.relative_accuracy = s.relative_accuracy();
+  return d;
+}
+
+std::string hex64(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
+  return b;
+}
+
+// ------------------------------------------------------------ group-by ---
+
+class group_tab {
+ public:
+  group_tab(group_key by, uint32_t max_groups) : by_(by), max_(max_groups), index_(max_groups) {}
+
+  void add(const uint8_t* rec, const magnet_hdr& h) {
+    uint64_t k1, k2 = 0;
+    switch (by_) {
+      case group_key::connection: k1 = h.abstract_id; break;
+      case group_key::vm: k1 = h.vm_id; break;
+      case group_key::cpu: k1 = h.cpu; break;
+      case group_key::event: k1 = h.type; break;
+      case group_key::process: k1 = h.tgid; break;
+      case group_key::vcpu:
+        if ((h.type == MAGNET_EV_KVM_EXIT || h.type == MAGNET_EV_KVM_ENTRY) &&
+            h.len >= sizeof(magnet_hdr) + sizeof(magnet_kvm_entry)) {
+          // vcpu_id is the first field of both kvm payloads
+          k1 = kKvmBit | h.vm_id;
+          k2 = load_at<uint32_t>(rec + sizeof(magnet_hdr));
+        } else {
+          k1 = h.tgid;
+          k2 = h.tid;
+        }
+        break;
+      default: k1 = 0;
+    }
+    uint32_t i = index_.find(k1, k2);
+    if (i == index_map::npos) {
+      if (rows_.size() >= max_) {
+        ++other_events_;
+        if (h.size > 0) other_bytes_ += static_cast<uint64_t>(h.size);
+        return;
+      }
+      if (rows_.size() == rows_.capacity())
+        rows_.reserve(std::min<size_t>(std::max<size_t>(rows_.size() * 2, 16), max_));
+      i = static_cast<uint32_t>(rows_.size());
+      rows_.push_back({k1, k2, 0, 0, 0, h.ts_ns, h.ts_ns, h.size > 0 ? uint64_t(h.size) : 0});
+      index_.insert(k1, k2, i);
+    }
+    row& r = rows_[i];
+    ++r.events;
+    if (h.size >= 0) r.bytes += static_cast<uint64_t>(h.size);
+    else ++r.errors;
+    r.first_ts = std::min<uint64_t>(r.first_ts, h.ts_ns);
+    r.last_ts = std::max<uint64_t>(r.last_ts, h.ts_ns);
+  }
+
+  group_table table() const {
+    group_table t;
+    t.by = by_;
+    t.other_events = other_events_;
+    t.other_bytes = other_bytes_;
+    t.rows.reserve(rows_.size());
+    for (const row& r : rows_) {
+      group_row g;
+      g.key = r.k1 & ~(by_ == group_key::vcpu ? kKvmBit : 0);
+      g.key2 = r.k2;
+      g.events = r.events;
+      g.bytes = r.bytes;
+      g.errors = r.errors;
+      g.first_ts = r.first_ts;
+      g.last_ts = r.last_ts;
+      if (r.last_ts > r.first_ts)
+        g.bandwidth_bps = static_cast<double>(r.bytes - r.first_bytes) * 1e9 /
+                          static_cast<double>(r.last_ts - r.first_ts);
+      switch (by_) {
+        case group_key::connection: g.label = hex64(r.k1); break;
+        case group_key::vm: g.label = "vm " + std::to_string(r.k1); break;
+        case group_key::cpu: g.label = "cpu " + std::to_string(r.k1); break;
+        case group_key::event: g.label = event_name(static_cast<uint16_t>(r.k1)); break;
+        case group_key::process: g.label = "tgid " + std::to_string(r.k1); break;
+        case group_key::vcpu:
+          g.label = (r.k1 & kKvmBit) ? "vm " + std::to_string(g.key) + " vcpu " + std::to_string(r.k2)
+                                     : "tid " + std::to_string(r.k1) + "/" + std::to_string(r.k2);
+          break;
+      }
+      t.rows.push_back(std::move(g));
+    }
+    std::sort(t.rows.begin(), t.rows.end(), [](const group_row& a, const group_row& b) {
+      if (a.bytes != b.bytes) return a.bytes > b.bytes;
+      if (a.events != b.events) return a.events > b.events;
+      return std::tie(a.key, a.key2) < std::tie(b.key, b.key2);
+    });
+    return t;
+  }
+
+  size_t memory_bytes() const {
+    return sizeof *this + rows_.capacity() * sizeof(row) + index_.memory_bytes();
+  }
+  static size_t max_memory_bytes(uint32_t max_groups) {
+    return sizeof(group_tab) + max_groups * sizeof(row) + index_map::max_memory_bytes(max_groups);
+  }
+
+ private:
+  static constexpr uint64_t kKvmBit = 1ull << 63;
+  struct row {
+    uint64_t k1, k2;
+    uint64_t events, bytes, errors;
+    uint64_t first_ts, last_ts;
+    uint64_t first_bytes;  // bytes of the first event: excluded from bandwidth
+  };
+  group_key by_;
+  uint32_t max_;
+  std::vector<row> rows_;
+  index_map index_;
+  uint64_t other_events_ = 0, other_bytes_ = 0;
+};
+
+// --------------------------------------------------------- correlation ---
+
+class correlator {
+ public:
+  correlator(const correlate_spec& s, const predicate* from, const predicate* to)
+      : spec_(&s), from_(from), to_(to), max_(std::bit_ceil(std::max<uint32_t>(s.max_pending, 2))),
+        index_(max_) {}
+
+  void add(const uint8_t* rec, const magnet_hdr& h) {
+    bool is_from = from_->match(rec), is_to = to_->match(rec);
+    if (!is_from && !is_to) return;
+    expire(h.ts_ns);
+    uint64_t k2 = key2(rec, h);
+    if (is_to) {
+      uint32_t i = index_.find(h.abstract_id, k2);
+      if (i == index_map::npos) {
+        // A record that is both from and to (same predicate) opens instead.
+        if (!is_from) ++unmatched_;
+      } else {
+        entry& e = ring_[i];
+        if (h.ts_ns >= e.ts) {
+          latency_.add(static_cast<double>(h.ts_ns - e.ts));
+          ++matched_;
+        } else {
+          ++reordered_;
+        }
+        e.alive = false;
+        index_.erase(h.abstract_id, k2);
+        --live_;
+        return;
+      }
+    }
+    if (is_from) open(h.abstract_id, k2, h.ts_ns);
+  }
+
+  correlation_stats stats() const {
+    correlation_stats c;
+    c.name = spec_->name;
+    c.matched = matched_;
+    c.unmatched = unmatched_;
+    c.expired = expired_;
+    c.evicted = evicted_;
+    c.reordered = reordered_;
+    c.pending = live_;
+    c.latency_ns = dist_of(latency_);
+    return c;
+  }
+
+  size_t memory_bytes() const {
+    return sizeof *this + ring_.capacity() * sizeof(entry) + index_.memory_bytes() +
+           latency_.memory_bytes() - sizeof latency_;
+  }
+  static size_t max_memory_bytes(const correlate_spec& s, double acc) {
+    uint32_t m = std::bit_ceil(std::max<uint32_t>(s.max_pending, 2));
+    return sizeof(correlator) + m * sizeof(entry) + index_map::max_memory_bytes(m) +
+           quantile_sketch::max_memory_bytes(acc);
+  }
+
+ private:
+  struct entry {
+    uint64_t ts, k1, k2;
+    bool alive;
+  };
+
+  uint64_t key2(const uint8_t* rec, const magnet_hdr& h) const {
+    payload_view pv(rec);
+    switch (spec_->key) {
+      case corr_key::abstract_id: return 0;
+      case corr_key::ip_id: return pv.is_pkt() ? pv.ip_id() : 0;
+      case corr_key::tcp_seq: return pv.is_pkt() ? pv.tcp_seq() : 0;
+      case corr_key::automatic:
+        if (!pv.is_pkt()) return 0;
+        // bit 32 keeps a TCP sequence number apart from an IP id
+        return pv.proto() == IPPROTO_TCP || (h.flags & MAGNET_RF_TCP)
+                   ? (1ull << 32) | pv.tcp_seq()
+                   : pv.ip_id();
+    }
+    return 0;
+  }
+
+  void pop_head() {
+    head_ = (head_ + 1) & (ring_.size() - 1);
+    --n_;
+  }
+
+  void expire(uint64_t now) {
+    while (n_) {
+      entry& e = ring_[head_];
+      if (!e.alive) {
+        pop_head();
+        continue;
+      }
+      if (now < e.ts || now - e.ts <= spec_->timeout_ns) break;
+      index_.erase(e.k1, e.k2);
+      --live_;
+      ++expired_;
+      pop_head();
+    }
+  }
+
+  void open(uint64_t k1, uint64_t k2, uint64_t ts) {
+    uint32_t old = index_.find(k1, k2);
+    if (old != index_map::npos) {
+      // A retransmission or a reused key: the newer record wins.
+      ring_[old].alive = false;
+      index_.erase(k1, k2);
+      --live_;
+    }
+    if (n_ == ring_.size()) {
+      if (ring_.size() < max_) {
+        std::vector<entry> nr(std::min<size_t>(std::max<size_t>(ring_.size() * 2, 64), max_));
+        for (size_t i = 0; i < n_; ++i) {
+          nr[i] = ring_[(head_ + i) & (ring_.size() - 1)];
+          if (nr[i].alive) index_.update(nr[i].k1, nr[i].k2, static_cast<uint32_t>(i));
+        }
+        ring_ = std::move(nr);
+        head_ = 0;
+      } else {
+        // Full: the oldest slot goes (a tombstone, or an evicted entry).
+        entry& e = ring_[head_];
+        if (e.alive) {
+          index_.erase(e.k1, e.k2);
+          --live_;
+          ++evicted_;
+        }
+        pop_head();
+      }
+    }
+    size_t pos = (head_ + n_) & (ring_.size() - 1);
+    ring_[pos] = {ts, k1, k2, true};
+    ++n_;
+    ++live_;
+    index_.insert(k1, k2, static_cast<uint32_t>(pos));
+  }
+
+  const correlate_spec* spec_;
+  const predicate* from_;
+  const predicate* to_;
+  uint32_t max_;
+  std::vector<entry> ring_;  // arrival order, power-of-two size
+  size_t head_ = 0, n_ = 0, live_ = 0;
+  index_map index_;          // (abstract_id, key) -> ring position
+  quantile_sketch latency_;
+  uint64_t matched_ = 0, unmatched_ = 0, expired_ = 0, evicted_ = 0, reordered_ = 0;
+
+ public:
+  void set_accuracy(double a) { latency_ = quantile_sketch(a); }
+};
+
+}  // namespace
+
+// ------------------------------------------------------------ view state ---
+
+struct view_def;
+
+// One instance of a view: a global view has one, a per-VM template one per VM.
+struct instance {
+  instance(const view_def& d, uint32_t vm);
+
+  void consume(const uint8_t* rec, const magnet_hdr& h);
+  view_snapshot snapshot(uint64_t now) const;
+  size_t memory_bytes() const;
+
+  const view_def* def;
+  uint32_t vm;  // 0 for a global view
+  uint64_t matched = 0, sampled = 0, sample_ctr = 0;
+  uint64_t violations = 0;
+  uint64_t last_ts = 0;
+  bool have_last = false;
+  std::vector<count_window> cwins;
+  std::vector<time_window> twins;
+  std::vector<uint8_t> win_order;  // per spec window: 0 count / 1 time, in spec order
+  quantile_sketch value;
+  std::vector<group_tab> groups;
+  std::vector<correlator> corrs;
+};
+
+struct view_def {
+  view_spec spec;
+  predicate pred;
+  std::vector<predicate> corr_from, corr_to;
+  std::vector<std::pair<uint16_t, uint32_t>> residual;  // kernel sampling already applied
+  std::unique_ptr<instance> global;
+  // per-VM instances: dense by vm id for small ids, map beyond
+  std::vector<std::unique_ptr<instance>> by_vm;
+  std::unordered_map<uint32_t, std::unique_ptr<instance>> by_vm_big;
+  size_t n_instances = 0;
+
+  static constexpr uint32_t kDense = 4096;
+
+  uint32_t sample_for(uint16_t type) const {
+    for (const auto& [t, r] : residual)
+      if (t == type) return r;
+    return spec.sample_every;
+  }
+  instance* lookup(uint32_t vm) const {
+    if (vm < by_vm.size()) return by_vm[vm].get();
+    if (vm < kDense) return nullptr;
+    auto it = by_vm_big.find(vm);
+    return it == by_vm_big.end() ? nullptr : it->second.get();
+  }
+  bool admits_vm(uint32_t vm) const {
+    return vm != 0 && (spec.vms.empty() ||
+                       std::find(spec.vms.begin(), spec.vms.end(), vm) != spec.vms.end());
+  }
+  instance* create(uint32_t vm) {
+    auto in = std::make_unique<instance>(*this, vm);
+    instance* raw = in.get();
+    if (vm < kDense) {
+      if (vm >= by_vm.size()) by_vm.resize(vm + 1);
+      by_vm[vm] = std::move(in);
+    } else {
+      by_vm_big[vm] = std::move(in);
+    }
+    ++n_instances;
+    return raw;
+  }
+  void erase(uint32_t vm) {
+    if (vm < by_vm.size() && by_vm[vm]) {
+      by_vm[vm].reset();
+      --n_instances;
+    } else if (by_vm_big.erase(vm)) {
+      --n_instances;
+    }
+  }
+  template <class F>
+  void each_instance(F&& f) const {
+    if (global) f(*global);
+    for (const auto& p : by_vm)
+      if (p) f(*p);
+    for (const auto& [vm, p] : by_vm_big) f(*p);
+  }
+};
+
+instance::instance(const view_def& d, uint32_t vm_id) : def(&d), vm(vm_id), value(d.spec.accuracy) {
+  for (const auto& w : d.spec.windows) {
+    if (w.k == window_stats::kind::count) {
+      cwins.emplace_back(w.events);
+      win_order.push_back(0);
+    } else {
+      twins.emplace_back(w.ns, w.max_events);
+      win_order.push_back(1);
+    }
+  }
+  for (auto g : d.spec.group_by) groups.emplace_back(g, d.spec.max_groups);
+  for (size_t i = 0; i < d.spec.correlate.size(); ++i) {
+    corrs.emplace_back(d.spec.correlate[i], &d.corr_from[i], &d.corr_to[i]);
+    corrs.back().set_accuracy(d.spec.accuracy);
+  }
+}
+
+void instance::consume(const uint8_t* rec, const magnet_hdr& h) {
+  // Defence in depth behind the routing: a per-VM instance never takes a
+  // record of another VM, whatever the caller did.
+  if (def->spec.per_vm && h.vm_id != vm) {
+    ++violations;
+    return;
+  }
+  ++matched;
+  uint32_t every = def->residual.empty() ? def->spec.sample_every : def->sample_for(h.type);
+  if (every > 1 && ++sample_ctr % every != 0) return;
+  ++sampled;
+  for (auto& w : cwins) w.add(h.ts_ns, h.size);
+  for (auto& w : twins) w.add(h.ts_ns, h.size);
+  switch (def->spec.value) {
+    case value_kind::size:
+      if (h.size >= 0) value.add(static_cast<double>(h.size));
+      break;
+    case value_kind::interarrival:
+      if (have_last && h.ts_ns >= last_ts) value.add(static_cast<double>(h.ts_ns - last_ts));
+      break;
+    case value_kind::none: break;
+  }
+  if (h.ts_ns >= last_ts) last_ts = h.ts_ns;
+  have_last = true;
+  for (auto& g : groups) g.add(rec, h);
+  for (auto& c : corrs) c.add(rec, h);
+}
+
+view_snapshot instance::snapshot(uint64_t now) const {
+  view_snapshot s;
+  s.view = def->spec.name;
+  s.vm = vm;
+  s.per_vm = def->spec.per_vm;
+  s.ts_ns = now;
+  s.matched = matched;
+  s.sampled = sampled;
+  s.sample_every = def->spec.sample_every;
+  size_t ci = 0, ti = 0;
+  for (uint8_t k : win_order) s.windows.push_back(k == 0 ? cwins[ci++].stats() : twins[ti++].stats(now));
+  s.value_of = def->spec.value;
+  if (def->spec.value != value_kind::none) s.value = dist_of(value);
+  for (const auto& g : groups) s.groups.push_back(g.table());
+  for (const auto& c : corrs) s.correlations.push_back(c.stats());
+  s.memory_bytes = memory_bytes();
+  return s;
+}
+
+size_t instance::memory_bytes() const {
+  size_t m = sizeof *this + value.memory_bytes() - sizeof value;
+  m += cwins.capacity() * sizeof(count_window) + twins.capacity() * sizeof(time_window);
+  m += win_order.capacity();
+  for (const auto& w : cwins) m += w.memory_bytes() - sizeof w;
+  for (const auto& w : twins) m += w.memory_bytes() - sizeof w;
+  m += groups.capacity() * sizeof(group_tab) + corrs.capacity() * sizeof(correlator);
+  for (const auto& g : groups) m += g.memory_bytes() - sizeof g;
+  for (const auto& c : corrs) m += c.memory_bytes() - sizeof c;
+  return m;
+}
+
+size_t max_memory_bytes(const view_spec& s) {
+  size_t m = sizeof(instance) + s.windows.size() * (1 + std::max(sizeof(count_window), sizeof(time_window)));
+  for (const auto& w : s.windows)
+    m += w.k == window_stats::kind::count ? count_window::max_memory_bytes(w.events) - sizeof(count_window)
+                                          : time_window::max_memory_bytes(std::bit_ceil(std::max<uint32_t>(w.max_events, 2))) - sizeof(time_window);
+  m += quantile_sketch::max_memory_bytes(s.accuracy) - sizeof(quantile_sketch);
+  for (size_t i = 0; i < s.group_by.size(); ++i) m += group_tab::max_memory_bytes(s.max_groups);
+  for (const auto& c : s.correlate) m += correlator::max_memory_bytes(c, s.accuracy);
+  return m;
+}
+
+// --------------------------------------------------------------- engine ---
+
+struct engine::impl {
+  options opt;
+  std::vector<std::unique_ptr<view_def>> views;
+  engine_stats st;
+  std::map<uint16_t, uint32_t> kernel_sampling;
+  uint64_t removed_violations = 0;
+
+  void apply_residual(view_def& v) {
+    v.residual.clear();
+    for (const auto& [type, k] : kernel_sampling) {
+      if (k <= 1) continue;
+      // The kernel applied the gcd of the views' rates, so k divides
+      // sample_every; if the host installed something else, keep the closest.
+      uint32_t r = std::max<uint32_t>(1, v.spec.sample_every / k);
+      v.residual.emplace_back(type, r);
+    }
+  }
+
+  void feed_one(const uint8_t* rec) {
+    const magnet_hdr& h = hdr_of(rec);
+    ++st.records;
+    if (h.ts_ns > st.last_ts) st.last_ts = h.ts_ns;
+    for (auto& vp : views) {
+      view_def& v = *vp;
+      if (!v.spec.per_vm) {
+        if (v.pred.match(rec)) v.global->consume(rec, h);
+        continue;
+      }
+      // Routing is the isolation boundary: the instance is chosen by the
+      // record's own vm_id, so no predicate can widen a VM's scope.
+      if (h.vm_id == 0) continue;
+      instance* in = v.lookup(h.vm_id);
+      if (!in) {
+        if (!v.admits_vm(h.vm_id) || !v.pred.match(rec)) continue;
+        if (v.n_instances >= opt.max_vms_per_view) {
+          ++st.vm_overflow;
+          continue;
+        }
+        in = v.create(h.vm_id);
+      } else if (!v.pred.match(rec)) {
+        continue;
+      }
+      in->consume(rec, h);
+    }
+  }
+
+  view_def* find(std::string_view name) const {
+    for (const auto& v : views)
+      if (v->spec.name == name) return v.get();
+    return nullptr;
+  }
+};
+
+engine::engine() : engine(options{}) {}
+engine::engine(options o) : p_(std::make_unique<impl>()) { p_->opt = o; }
+engine::~engine() = default;
+engine::engine(engine&&) noexcept = default;
+engine& engine::operator=(engine&&) noexcept = default;
+
+status engine::add_view(view_spec spec) {
+  auto fail = [&](const std::string& m) { return error{"view '" + spec.name + "': " + m}; };
+  if (spec.name.empty()) return error{"view: a view needs a name"};
+  if (p_->find(spec.name)) return fail("a view with this name already exists");
+  if (spec.sample_every == 0) return fail("sample_every must be >= 1");
+  if (spec.accuracy < 0.001 || spec.accuracy > 0.1)
+    return fail("accuracy " + std::to_string(spec.accuracy) + " outside [0.001, 0.1]");
+  if (spec.max_groups == 0) return fail("max_groups must be >= 1");
+  for (const auto& w : spec.windows) {
+    if (w.k == window_stats::kind::count && w.events == 0)
+      return fail("a count window needs events >= 1");
+    if (w.k == window_stats::kind::time && (w.ns == 0 || w.max_events == 0))
+      return fail("a time window needs a duration > 0 and max_events >= 1");
+  }
+  if (!spec.per_vm && !spec.vms.empty()) return fail("'vms' needs per_vm: true");
+  auto pred = predicate::parse(spec.filter);
+  if (!pred) return fail(pred.err().message);
+  if (spec.per_vm && pred->references(pfield::vm))
+    return fail(
+        "a per-VM view must not filter on 'vm': each instance sees only its own VM's records "
+        "(use 'vms: [...]' to choose the VMs)");
+  auto d = std::make_unique<view_def>();
+  for (auto& c : spec.correlate) {
+    if (c.name.empty()) return fail("a correlation needs a name");
+    if (c.max_pending == 0) return fail("correlation '" + c.name + "': max_pending must be >= 1");
+    auto f = predicate::parse(c.from);
+    if (!f) return fail("correlation '" + c.name + "' from: " + f.err().message);
+    auto t = predicate::parse(c.to);
+    if (!t) return fail("correlation '" + c.name + "' to: " + t.err().message);
+    if (spec.per_vm && (f->references(pfield::vm) || t->references(pfield::vm)))
+      return fail("correlation '" + c.name + "': a per-VM view must not filter on 'vm'");
+    d->corr_from.push_back(std::move(f).value());
+    d->corr_to.push_back(std::move(t).value());
+  }
+  size_t bound = max_memory_bytes(spec);
+  if (bound > kViewMemoryBudget)
+    return fail("worst-case memory " + std::to_string(bound) + " bytes exceeds the " +
+                std::to_string(kViewMemoryBudget) +
+                "-byte budget per view instance (reduce windows' events/max_events, "
+                "max_groups, group_by or max_pending)");
+  d->pred = std::move(pred).value();
+  d->spec = std::move(spec);
+  p_->apply_residual(*d);
+  if (!d->spec.per_vm) d->global = std::make_unique<instance>(*d, 0);
+  for (uint32_t vm : d->spec.vms)
+    if (vm != 0 && !d->lookup(vm)) d->create(vm);
+  p_->views.push_back(std::move(d));
+  return {};
+}
+
+status engine::remove_view(std::string_view name) {
+  auto& vs = p_->views;
+  for (auto it = vs.begin(); it != vs.end(); ++it)
+    if ((*it)->spec.name == name) {
+      (*it)->each_instance([&](const instance& in) { p_->removed_violations += in.violations; });
+      vs.erase(it);
+      return {};
+    }
+  return error{"view '" + std::string(name) + "': no such view"};
+}
+
+std::vector<std::string> engine::view_names() const {
+  std::vector<std::string> out;
+  for (const auto& v : p_->views) out.push_back(v->spec.name);
+  return out;
+}
+
+const view_spec* engine::find_view(std::string_view name) const {
+  auto* v = p_->find(name);
+  return v ? &v->spec : nullptr;
+}
+
+void engine::add_vm(uint32_t vm) {
+  for (auto& v : p_->views)
+    if (v->spec.per_vm && v->admits_vm(vm) && !v->lookup(vm) &&
+        v->n_instances < p_->opt.max_vms_per_view)
+      v->create(vm);
+}
+
+void engine::remove_vm(uint32_t vm) {
+  for (auto& v : p_->views)
+    if (v->spec.per_vm) {
+      if (auto* in = v->lookup(vm)) p_->removed_violations += in->violations;
+      v->erase(vm);
+    }
+}
+
+void engine::feed_one(const uint8_t* record) { p_->feed_one(record); }
+
+void engine::feed(std::span<const uint8_t> records) {
+  size_t off = 0, n = records.size();
+  const uint8_t* b = records.data();
+  while (off + sizeof(magnet_hdr) <= n) {
+    uint16_t len = load_at<uint16_t>(b + off + offsetof(magnet_hdr, len));
+    if (len < sizeof(magnet_hdr) || len % MAGNET_RECORD_ALIGN || len > n - off) {
+      ++p_->st.malformed;
+      return;
+    }
+    p_->feed_one(b + off);
+    off += len;
+  }
+  if (off != n) ++p_->st.malformed;
+}
+
+result<uint64_t> engine::run(event_source& src) {
+  uint64_t before = p_->st.records;
+  for (;;) {
+    auto b = src.next_batch();
+    if (!b) return b.err();
+    if (b->empty()) break;
+    feed(*b);
+  }
+  return p_->st.records - before;
+}
+
+std::vector<view_snapshot> engine::snapshot(uint64_t now) const {
+  if (now == 0) now = p_->st.last_ts;
+  std::vector<view_snapshot> out;
+  for (const auto& v : p_->views) v->each_instance([&](const instance& in) { out.push_back(in.snapshot(now)); });
+  return out;
+}
+
+std::vector<view_snapshot> engine::snapshot_vm(uint32_t vm, uint64_t now) const {
+  if (now == 0) now = p_->st.last_ts;
+  std::vector<view_snapshot> out;
+  if (vm == 0) return out;  // vm 0 is the host: it is not a VM
+  for (const auto& v : p_->views) {
+    if (!v->spec.per_vm) continue;  // global views span VMs: never delivered to one
+    if (auto* in = v->lookup(vm)) out.push_back(in->snapshot(now));
+  }
+  return out;
+}
+
+result<view_snapshot> engine::snapshot(std::string_view view, uint32_t vm, uint64_t now) const {
+  if (now == 0) now = p_->st.last_ts;
+  auto* v = p_->find(view);
+  if (!v) return error{"view '" + std::string(view) + "': no such view"};
+  if (!v->spec.per_vm) {
+    if (vm != 0) return error{"view '" + std::string(view) + "' is not per-VM"};
+    return v->global->snapshot(now);
+  }
+  auto* in = v->lookup(vm);
+  if (!in) return error{"view '" + std::string(view) + "': no instance for vm " + std::to_string(vm)};
+  return in->snapshot(now);
+}
+
+namespace {
+
+template <class T>
+void union_into(std::optional<std::set<T>>& acc, const std::optional<std::set<T>>& v, bool& first) {
+  if (first) {
+    acc = v;
+    return;
+  }
+  if (!acc || !v) {
+    acc.reset();
+    return;
+  }
+  acc->insert(v->begin(), v->end());
+}
+
+}  // namespace
+
+kernel_pushdown engine::pushdown() const {
+  kernel_pushdown k;
+  bool first = true;
+  for (const auto& vp : p_->views) {
+    filters::pushdown p = vp->pred.push();
+    if (vp->spec.per_vm && !vp->spec.vms.empty())
+      p.vm = std::set<uint32_t>(vp->spec.vms.begin(), vp->spec.vms.end());
+    union_into(k.filter.cpu, p.cpu, first);
+    union_into(k.filter.tgid, p.tgid, first);
+    union_into(k.filter.vm, p.vm, first);
+    union_into(k.filter.cgroup, p.cgroup, first);
+    union_into(k.filter.abstract_id, p.abstract_id, first);
+    union_into(k.filter.events, p.events, first);
+    first = false;
+  }
+  for (int slot = 0; slot < MAGNET_NPROBES; ++slot) {
+    uint16_t t = probe_type(slot);
+    uint32_t g = 0;
+    for (const auto& vp : p_->views) {
+      const auto& ev = vp->pred.push().events;
+      if (ev && !ev->count(t)) continue;
+      g = std::gcd(g, vp->spec.sample_every);
+    }
+    if (g > 1) k.sample_every[t] = g;
+  }
+  return k;
+}
+
+void engine::set_kernel_sampling(std::map<uint16_t, uint32_t> applied) {
+  p_->kernel_sampling = std::move(applied);
+  for (auto& v : p_->views) p_->apply_residual(*v);
+}
+
+const engine_stats& engine::stats() const { return p_->st; }
+
+size_t engine::memory_bytes() const {
+  size_t m = sizeof(impl);
+  for (const auto& v : p_->views) {
+    m += sizeof(view_def) + v->by_vm.capacity() * sizeof(void*);
+    v->each_instance([&](const instance& in) { m += in.memory_bytes(); });
+  }
+  return m;
+}
+
+uint64_t engine::isolation_violations() const {
+  uint64_t n = p_->removed_violations;
+  for (const auto& v : p_->views) v->each_instance([&](const instance& in) { n += in.violations; });
+  return n;
+}
+
+std::string_view name_of(group_key k) {
+  switch (k) {
+    case group_key::connection: return "connection";
+    case group_key::vcpu: return "vcpu";
+    case group_key::vm: return "vm";
+    case group_key::cpu: return "cpu";
+    case group_key::event: return "event";
+    case group_key::process: return "process";
+  }
+  return "?";
+}
+
+std::string_view name_of(value_kind k) {
+  switch (k) {
+    case value_kind::none: return "none";
+    case value_kind::size: return "size";
+    case value_kind::interarrival: return "interarrival";
+  }
+  return "?";
+}
+
+std::string_view name_of(corr_key k) {
+  switch (k) {
+    case corr_key::automatic: return "auto";
+    case corr_key::ip_id: return "ip_id";
+    case corr_key::tcp_seq: return "tcp_seq";
+    case corr_key::abstract_id: return "abstract_id";
+  }
+  return "?";
+}
+
+}  // namespace magnet::filters
