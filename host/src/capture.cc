@@ -632,19 +632,32 @@ status capture::tag_vm_ifindex(uint32_t ifindex, uint32_t vm) {
   return {};
 }
 
-status capture::untag_vm(uint32_t vm) {
-  for (bpf_map* m : {skel_->maps.vm_by_tgid, skel_->maps.vm_by_ifindex}) {
-    int fd = bpf_map__fd(m);
-    uint32_t key, next, val;
-    void* prev = nullptr;
-    std::vector<uint32_t> del;
-    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-      if (bpf_map_lookup_elem(fd, &next, &val) == 0 && val == vm) del.push_back(next);
-      key = next;
-      prev = &key;
-    }
-    for (auto k : del) bpf_map_delete_elem(fd, &k);
+status capture::tag_vm_cgroup(uint64_t cgroup_id, uint32_t vm) {
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.vm_by_cgroup), &cgroup_id, &vm, BPF_ANY))
+    return error::from_errno("tagging cgroup " + std::to_string(cgroup_id));
+  skel_->bss->filter_ctl.vm_tagging = 1;
+  return {};
+}
+
+template <class K>
+static void delete_where_value(bpf_map* m, uint32_t vm) {
+  int fd = bpf_map__fd(m);
+  K key{}, next{};
+  uint32_t val;
+  void* prev = nullptr;
+  std::vector<K> del;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    if (bpf_map_lookup_elem(fd, &next, &val) == 0 && val == vm) del.push_back(next);
+    key = next;
+    prev = &key;
   }
+  for (auto& k : del) bpf_map_delete_elem(fd, &k);
+}
+
+status capture::untag_vm(uint32_t vm) {
+  delete_where_value<uint32_t>(skel_->maps.vm_by_tgid, vm);
+  delete_where_value<uint32_t>(skel_->maps.vm_by_ifindex, vm);
+  delete_where_value<uint64_t>(skel_->maps.vm_by_cgroup, vm);
   return {};
 }
 

@@ -104,6 +104,7 @@ class capture : public drop_source {
   // VM tagging maps (written by the host registry).
   status tag_vm_tgid(uint32_t tgid, uint32_t vm);
   status tag_vm_ifindex(uint32_t ifindex, uint32_t vm);
+  status tag_vm_cgroup(uint64_t cgroup_id, uint32_t vm);
   status untag_vm(uint32_t vm);
 
   // Netfilter hooks are per network namespace: attach in any new one.

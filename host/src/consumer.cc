@@ -77,6 +77,8 @@ result<std::unique_ptr<ring_consumer>> ring_consumer::create(int fd, drop_source
   return c;
 }
 
+int ring_consumer::epoll_fd() const { return ring_buffer__epoll_fd(rb_); }
+
 ring_consumer::~ring_consumer() {
   if (rb_) ring_buffer__free(rb_);
 }

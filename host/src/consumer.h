@@ -62,6 +62,7 @@ class ring_consumer {
   result<uint64_t> poll(int timeout_ms);
   result<uint64_t> drain() { return poll(0); }
 
+  int epoll_fd() const;  // readable when the watermark wakes the consumer
   uint64_t records() const { return records_; }
   uint64_t bytes() const { return bytes_; }
   uint64_t lost() const { return loss_.lost_total(); }

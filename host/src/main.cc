@@ -18,6 +18,9 @@ const char* kHelp =
     "  record   record events into a trace file\n"
     "  dump     print a trace file as text, CSV or JSON\n"
     "  stat     live per-layer counts from in-kernel aggregation\n"
+    "  host     the host daemon: VM registry, probes, per-VM views\n"
+    "  top      live per-VM table from the host daemon\n"
+    "  views    the host daemon's views, per VM\n"
     "\n"
     "Global options: -v/--verbose (repeat for more, -vv shows libbpf and the\n"
     "verifier log), --version, --help\n";
@@ -58,6 +61,9 @@ int main(int argc, char** argv) {
     if (cmd == "record") return host::cmd_record(rest);
     if (cmd == "dump") return host::cmd_dump(rest);
     if (cmd == "stat") return host::cmd_stat(rest);
+    if (cmd == "host") return host::cmd_host(rest);
+    if (cmd == "top") return host::cmd_top(rest);
+    if (cmd == "views") return host::cmd_views(rest);
     std::fprintf(stderr, "magnet: unknown command '%s'\nTry 'magnet --help'.\n", cmd.c_str());
     return 2;
   } catch (const cli::usage_error& e) {

@@ -301,7 +301,12 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 	ev.size = mg_parse_l3(l3, &pkt, &rflags, what, true);
 	ev.aid = magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport,
 				pkt.protocol);
-	if (!ev.vm)
+	/* Device records belong to a VM only on its own tap: a vhost worker's
+	 * transmit on the wire side is host traffic at this layer, so per-VM
+	 * device counts are exactly the guest's TX (tap recv) and RX (tap xmit). */
+	if (slot == MAGNET_P_NET_DEV_XMIT || slot == MAGNET_P_NET_DEV_RECV)
+		ev.vm = mg_vm_of_ifindex(pkt.ifindex);
+	else if (!ev.vm)
 		ev.vm = mg_vm_of_ifindex(pkt.ifindex);
 	st = mg_admit(&ev);
 	if (!st)
@@ -550,6 +555,9 @@ static __always_inline int mg_sched_switch_event(struct task_struct *prev,
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_SCHED_SWITCH, 0);
 	ev.aid = BPF_CORE_READ(next, pid);
+	/* Current is prev: a vCPU being switched in belongs to its VM too. */
+	if (!ev.vm)
+		ev.vm = mg_vm_of_task(BPF_CORE_READ(next, tgid), 0);
 	st = mg_admit(&ev);
 	if (!st)
 		return 0;
@@ -593,6 +601,8 @@ static __always_inline int mg_wakeup_event(struct task_struct *t)
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_SCHED_WAKEUP, 0);
 	ev.aid = BPF_CORE_READ(t, pid);
+	/* The wakee, not the waker, decides the VM. */
+	ev.vm = mg_vm_of_task(BPF_CORE_READ(t, tgid), 0);
 	st = mg_admit(&ev);
 	if (!st)
 		return 0;

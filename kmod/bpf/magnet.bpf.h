@@ -173,6 +173,8 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 		return NULL;
 	if (self_tgid && ev->tgid == self_tgid)
 		return NULL;
+	if ((mode & MAGNET_MODE_VM_ONLY) && !ev->vm)
+		return NULL;
 
 	active = filter_ctl.active;
 	if (active) {

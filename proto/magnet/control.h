@@ -19,6 +19,7 @@
 enum magnet_probe_mode {
 	MAGNET_MODE_STREAM = 1 << 0,    /* copy records to the ring buffer */
 	MAGNET_MODE_AGGREGATE = 1 << 1, /* count events/bytes per VM in kernel */
+	MAGNET_MODE_VM_ONLY = 1 << 2,   /* drop events not attributed to a VM */
 };
 
 /* One per probe slot, in the object's .data (mmapped by user space). */

@@ -1,0 +1,150 @@
+// magnet host | top | views: the daemon and its two clients.
+#include <poll.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "daemon.h"
+#include "magnet/events.h"
+#include "magnet/filters/config.h"
+
+namespace magnet::host {
+
+static const char* kHostHelp =
+    "Usage: magnet host [options]\n"
+    "\n"
+    "The host daemon, in the foreground: follows the VMs libvirt runs, tags\n"
+    "their events with a VM id in the kernel, and turns the stream into\n"
+    "per-VM views (docs/engine.md).  SIGHUP reloads the view definitions (a\n"
+    "bad file is refused and the old views stay); SIGTERM/SIGINT drain and stop.\n"
+    "\n"
+    "      --uri URI          libvirt connection (default qemu:///system)\n"
+    "      --views FILE       YAML view definitions (default: built in,\n"
+    "                         see --print-default-views)\n"
+    "      --socket PATH      query socket (default /run/magnet/host.sock)\n"
+    "  -p, --probes LIST      probes (default net.dev,sched,kvm.exit,blk)\n"
+    "  -b, --buffer SIZE      ring buffer size (default 16M)\n"
+    "  -d, --duration T       stop after T\n"
+    "      --check-views FILE validate a view file and exit\n"
+    "      --print-default-views\n";
+
+static const char* kTopHelp =
+    "Usage: magnet top [--socket PATH] [--interval T] [--count N] [--json]\n"
+    "\n"
+    "Live per-VM table from the host daemon: vCPU run / wait (runnable, not\n"
+    "running: the host side of steal) / halt as fractions of one CPU summed over\n"
+    "the VM's vCPUs, KVM exits/s, and guest rx/tx Mbit/s on its taps.\n";
+
+static const char* kViewsHelp =
+    "Usage: magnet views [--vm NAME|UUID|ID] [--socket PATH] [--json]\n"
+    "\n"
+    "The host daemon's views.  With --vm, only that VM's per-VM view instances:\n"
+    "exactly what is meant for that VM and nothing of any other.\n";
+
+int cmd_host(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kHostHelp, stdout);
+    return 0;
+  }
+  if (a.flag("--print-default-views")) {
+    a.finish(0, 0);
+    std::fputs(kDefaultViews, stdout);
+    return 0;
+  }
+  daemon_options o;
+  if (auto v = a.value("--uri")) o.uri = *v;
+  if (auto v = a.value("--views")) o.views_path = *v;
+  if (auto v = a.value("--socket")) o.socket_path = *v;
+  if (auto v = a.value("--probes", "-p")) o.probes = *v;
+  if (auto v = a.value("--buffer", "-b")) {
+    o.ring_bytes = cli::need(cli::parse_size(*v), "--buffer");
+    if (o.ring_bytes < 4096 || (o.ring_bytes & (o.ring_bytes - 1)))
+      throw cli::usage_error("--buffer: " + *v + " is not a power of two of at least 4K");
+  }
+  if (auto v = a.value("--duration", "-d")) o.duration_ns = cli::need(cli::parse_duration_ns(*v), "--duration");
+  auto check = a.value("--check-views");
+  a.finish(0, 0);
+  (void)cli::need(select_events(o.probes), "--probes");
+  if (check) {
+    auto specs = filters::load_views(*check);
+    if (!specs) {
+      std::fprintf(stderr, "magnet host: %s\n", specs.err().message.c_str());
+      return 1;
+    }
+    filters::engine e;
+    if (auto s = filters::add_views(e, *specs); !s) {
+      std::fprintf(stderr, "magnet host: %s\n", s.err().message.c_str());
+      return 1;
+    }
+    std::printf("%s: %zu views ok\n", check->c_str(), specs->size());
+    return 0;
+  }
+  return run_daemon(o);
+}
+
+int cmd_views(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kViewsHelp, stdout);
+    return 0;
+  }
+  auto vm = a.value("--vm");
+  auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
+  a.flag("--json");  // JSON is the only output of views
+  a.finish(0, 0);
+  auto r = query_daemon(sock, vm ? "views " + *vm : "views");
+  if (!r.ok) {
+    std::fprintf(stderr, "magnet views: %s\n", r.body.c_str());
+    return 1;
+  }
+  std::printf("%s\n", r.body.c_str());
+  return 0;
+}
+
+int cmd_top(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kTopHelp, stdout);
+    return 0;
+  }
+  auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
+  auto iv = a.value("--interval", "-i");
+  auto cnt = a.value("--count", "-c");
+  bool json = a.flag("--json");
+  a.finish(0, 0);
+  uint64_t interval = iv ? cli::need(cli::parse_duration_ns(*iv), "--interval") : 1'000'000'000ull;
+  uint64_t count = cnt ? cli::need(cli::parse_count(*cnt), "--count") : 0;
+  install_stop_handlers();
+  for (uint64_t n = 0; !stop_requested() && (!count || n < count); ++n) {
+    if (n) ::poll(nullptr, 0, static_cast<int>(interval / 1'000'000));
+    auto r = query_daemon(sock, "top");
+    if (!r.ok) {
+      std::fprintf(stderr, "magnet top: %s\n", r.body.c_str());
+      return 1;
+    }
+    if (json) {
+      std::printf("%s\n", r.body.c_str());
+    } else {
+      // A light renderer over the JSON: one row per VM.
+      std::printf("%-4s %-20s %5s %7s %7s %7s %10s %10s %10s\n", "VM", "NAME", "VCPUS", "RUN",
+                  "WAIT", "HALT", "EXITS/S", "RX MBIT/S", "TX MBIT/S");
+      const std::string& b = r.body;
+      for (size_t p = b.find("{\"vm\":"); p != std::string::npos; p = b.find("{\"vm\":", p + 1)) {
+        unsigned vm = 0;
+        char name[128] = {};
+        int vcpus = 0;
+        double run = 0, wait = 0, halt = 0, exits = 0, rx = 0, tx = 0;
+        if (std::sscanf(b.c_str() + p,
+                        "{\"vm\":%u,\"name\":\"%127[^\"]\",\"vcpus\":%d,\"vcpu_run\":%lf,"
+                        "\"vcpu_wait\":%lf,\"vcpu_halt\":%lf,\"exits_per_s\":%lf,\"rx_mbps\":%lf,"
+                        "\"tx_mbps\":%lf",
+                        &vm, name, &vcpus, &run, &wait, &halt, &exits, &rx, &tx) == 9)
+          std::printf("%-4u %-20s %5d %6.1f%% %6.1f%% %6.1f%% %10.0f %10.3f %10.3f\n", vm, name,
+                      vcpus, run * 100, wait * 100, halt * 100, exits, rx, tx);
+      }
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace magnet::host

@@ -1,0 +1,304 @@
+#include "registry.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "log.h"
+#include "magnet/control.h"
+
+namespace magnet::host {
+namespace {
+
+std::string read_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+std::string cgroup2_mount() {
+  std::ifstream m("/proc/self/mounts");
+  std::string dev, dir, type, rest;
+  while (m >> dev >> dir >> type && std::getline(m, rest))
+    if (type == "cgroup2") return dir;
+  return {};
+}
+
+// The unified-hierarchy path of a task ("0::/machine/...").
+std::string cgroup_v2_of(pid_t tid) {
+  std::ifstream f("/proc/" + std::to_string(tid) + "/cgroup");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  return {};
+}
+
+// Resolves interface names inside the network namespace of @pid (QEMU's:
+// libvirtd may run in another namespace than the daemon).
+std::vector<vm_tap> resolve_taps(pid_t pid, const std::vector<std::string>& names) {
+  std::vector<vm_tap> out;
+  int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  int target = open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC);
+  bool switched = self >= 0 && target >= 0 && setns(target, CLONE_NEWNET) == 0;
+  for (const auto& n : names) out.push_back({n, static_cast<int>(if_nametoindex(n.c_str()))});
+  if (switched) setns(self, CLONE_NEWNET);
+  if (self >= 0) close(self);
+  if (target >= 0) close(target);
+  return out;
+}
+
+void quiet_libvirt(void*, virErrorPtr) {}  // errors are reported by our messages
+
+}  // namespace
+
+domain_xml_facts parse_domain_xml(const std::string& xml) {
+  domain_xml_facts f;
+  static const std::regex iface(R"(<interface\b[\s\S]*?</interface>)");
+  static const std::regex target(R"(<target\s+dev=['"]([^'"]+)['"])");
+  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), iface); it != std::sregex_iterator();
+       ++it) {
+    std::smatch m;
+    std::string block = it->str();
+    if (std::regex_search(block, m, target)) f.taps.push_back(m[1]);
+  }
+  static const std::regex vsock(R"(<vsock\b[\s\S]*?<cid\b[^>]*address=['"](\d+)['"])");
+  std::smatch m;
+  if (std::regex_search(xml, m, vsock)) f.vsock_cid = static_cast<uint32_t>(std::stoul(m[1]));
+  return f;
+}
+
+vm_thread classify_thread(pid_t tid, const std::string& comm, pid_t qemu_pid) {
+  vm_thread t{tid, "emulator", -1, comm};
+  static const std::regex vcpu(R"(^CPU (\d+)/(KVM|TCG|HVF|WHPX)$)");
+  std::smatch m;
+  if (std::regex_match(comm, m, vcpu)) {
+    t.role = "vcpu";
+    t.vcpu = std::stoi(m[1]);
+  } else if (comm.rfind("IO ", 0) == 0 || comm.rfind("iothread", 0) == 0) {
+    t.role = "iothread";
+  } else if (comm == "vhost-" + std::to_string(qemu_pid)) {
+    t.role = "vhost";
+  }
+  return t;
+}
+
+std::vector<vm_thread> qemu_threads(pid_t qemu_pid) {
+  std::vector<vm_thread> out;
+  std::string task = "/proc/" + std::to_string(qemu_pid) + "/task";
+  if (DIR* d = opendir(task.c_str())) {
+    while (auto* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      pid_t tid = std::atoi(e->d_name);
+      out.push_back(classify_thread(tid, read_line(task + "/" + e->d_name + "/comm"), qemu_pid));
+    }
+    closedir(d);
+  }
+  // Before 6.4 vhost workers are kernel threads of their own, named after
+  // the owner: "vhost-<qemu pid>".
+  const std::string want = "vhost-" + std::to_string(qemu_pid);
+  if (DIR* d = opendir("/proc")) {
+    while (auto* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      pid_t pid = std::atoi(e->d_name);
+      if (pid == qemu_pid) continue;
+      if (read_line(std::string("/proc/") + e->d_name + "/comm") == want)
+        out.push_back({pid, "vhost", -1, want});
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.tid < b.tid; });
+  return out;
+}
+
+registry::registry(std::string uri, vm_tagger& tagger) : uri_(std::move(uri)), tagger_(tagger) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    virInitialize();
+    virEventRegisterDefaultImpl();
+    virSetErrorFunc(nullptr, quiet_libvirt);
+  });
+}
+
+registry::~registry() {
+  stop();
+  disconnect();
+}
+
+status registry::connect() {
+  if (conn_) return {};
+  virConnectPtr c = virConnectOpen(uri_.c_str());
+  if (!c) {
+    virErrorPtr e = virGetLastError();
+    return error{"libvirt at " + uri_ + " unavailable: " + (e && e->message ? e->message : "?")};
+  }
+  conn_ = c;
+  virConnectSetKeepAlive(c, 5, 3);
+  lifecycle_cb_ = virConnectDomainEventRegisterAny(
+      c, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+      VIR_DOMAIN_EVENT_CALLBACK(+[](virConnectPtr, virDomainPtr, int, int, void* self) {
+        static_cast<registry*>(self)->dirty_ = true;
+        return 0;
+      }),
+      this, nullptr);
+  virConnectRegisterCloseCallback(
+      c,
+      [](virConnectPtr, int, void* self) {
+        auto* r = static_cast<registry*>(self);
+        r->connected_ = false;
+        r->dirty_ = true;
+      },
+      this, nullptr);
+  connected_ = true;
+  return {};
+}
+
+void registry::disconnect() {
+  if (!conn_) return;
+  auto c = static_cast<virConnectPtr>(conn_);
+  if (lifecycle_cb_ >= 0) virConnectDomainEventDeregisterAny(c, lifecycle_cb_);
+  virConnectUnregisterCloseCallback(c, nullptr);
+  virConnectClose(c);
+  conn_ = nullptr;
+  lifecycle_cb_ = -1;
+  connected_ = false;
+}
+
+uint32_t registry::id_for(const std::string& uuid) {
+  if (auto it = ids_.find(uuid); it != ids_.end()) return it->second;
+  std::set<uint32_t> used;
+  for (auto& [u, id] : ids_) used.insert(id);
+  for (uint32_t id = 1; id <= MAGNET_MAX_VM_ID; ++id) {
+    if (used.count(id)) continue;
+    ids_[uuid] = id;
+    return id;
+  }
+  // All ids taken: forget those of VMs not running, then retry once.
+  std::erase_if(ids_, [&](auto& kv) { return !by_uuid_.count(kv.first); });
+  for (uint32_t id = 1; id <= MAGNET_MAX_VM_ID; ++id) {
+    bool taken = false;
+    for (auto& [u, i] : ids_) taken |= i == id;
+    if (!taken) return ids_[uuid] = id;
+  }
+  return 0;
+}
+
+status registry::reconcile() {
+  if (conn_ && !connected_) {
+    log_line(1, "magnet-host: [registry.lost] connection to " + uri_ + " lost; reconnecting");
+    disconnect();
+  }
+  if (!conn_) {
+    auto s = connect();
+    if (!s) {
+      if (s.err().message != last_error_)
+        log_line(1, "magnet-host: [registry.down] " + s.err().message + "; retrying every second");
+      last_error_ = s.err().message;
+      return s;
+    }
+    if (!last_error_.empty() || log_verbosity() >= 2)
+      log_line(1, "magnet-host: [registry.up] connected to " + uri_);
+    last_error_.clear();
+  }
+  auto c = static_cast<virConnectPtr>(conn_);
+  virDomainPtr* doms = nullptr;
+  int n = virConnectListAllDomains(c, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+  if (n < 0) {
+    connected_ = false;
+    return error{"listing domains at " + uri_ + " failed"};
+  }
+  std::map<std::string, vm_info> now;
+  for (int i = 0; i < n; ++i) {
+    virDomainPtr d = doms[i];
+    char uuid[VIR_UUID_STRING_BUFLEN] = {};
+    virDomainGetUUIDString(d, uuid);
+    vm_info vm;
+    vm.uuid = uuid;
+    vm.name = virDomainGetName(d);
+    vm.libvirt_id = static_cast<int>(virDomainGetID(d));
+    std::string pidf = read_line("/run/libvirt/qemu/" + vm.name + ".pid");
+    vm.qemu_pid = pidf.empty() ? 0 : std::atoi(pidf.c_str());
+    if (char* xml = virDomainGetXMLDesc(d, 0)) {
+      auto facts = parse_domain_xml(xml);
+      free(xml);
+      vm.vsock_cid = facts.vsock_cid;
+      if (vm.qemu_pid) vm.taps = resolve_taps(vm.qemu_pid, facts.taps);
+    }
+    if (vm.qemu_pid) {
+      vm.threads = qemu_threads(vm.qemu_pid);
+      std::string root = cgroup2_mount();
+      std::set<std::string> paths;
+      for (const auto& t : vm.threads) paths.insert(cgroup_v2_of(t.tid));
+      for (const auto& p : paths) {
+        if (p.empty() || p == "/") continue;  // never tag the root cgroup
+        vm.cgroups.push_back(p);
+        struct stat st;
+        if (!root.empty() && stat((root + p).c_str(), &st) == 0) vm.cgroup_ids.insert(st.st_ino);
+      }
+    }
+    virDomainFree(d);
+    now.emplace(vm.uuid, std::move(vm));
+  }
+  free(doms);
+
+  std::vector<vm_info> changed;
+  std::vector<uint32_t> gone;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [uuid, vm] : now) {
+      vm.vm_id = id_for(uuid);
+      auto it = by_uuid_.find(uuid);
+      if (it == by_uuid_.end() || !(it->second == vm)) changed.push_back(vm);
+    }
+    for (auto& [uuid, vm] : by_uuid_)
+      if (!now.count(uuid)) gone.push_back(vm.vm_id);
+    by_uuid_ = std::move(now);
+  }
+  for (uint32_t id : gone) tagger_.vm_gone(id);
+  for (const auto& vm : changed) {
+    // A restart keeps the id but brings a new process: clear, then tag.
+    tagger_.vm_gone(vm.vm_id);
+    tagger_.vm_changed(vm);
+  }
+  return {};
+}
+
+std::vector<vm_info> registry::vms() const {
+  std::lock_guard lk(mu_);
+  std::vector<vm_info> v;
+  for (auto& [u, vm] : by_uuid_) v.push_back(vm);
+  return v;
+}
+
+void registry::run() {
+  // libvirt's event loop runs here; a 1 s timer bounds every iteration, so
+  // lifecycle changes and new threads (vhost workers start late) are picked
+  // up within a second, and stop() is honoured within a second.
+  int timer = virEventAddTimeout(1000, [](int, void*) {}, nullptr, nullptr);
+  while (!stop_) {
+    (void)reconcile();
+    if (virEventRunDefaultImpl() < 0) usleep(100000);
+  }
+  virEventRemoveTimeout(timer);
+}
+
+void registry::start() {
+  stop_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+void registry::stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace magnet::host
