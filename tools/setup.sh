@@ -10,7 +10,7 @@ packages=(
   libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libvirt-dev
   # run and test: traffic, capture comparison, namespaces
-  iproute2 iperf3 tcpdump procps util-linux
+  iproute2 iperf3 tcpdump procps util-linux python3
   # lab: VMs and their images
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
   busybox-static cpio kmod socat

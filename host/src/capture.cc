@@ -180,8 +180,23 @@ std::map<uint64_t, std::string> list_netns() {
   return out;
 }
 
+int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list ap) {
+  // libbpf warnings (incl. verifier logs) only with -v: the caller reports
+  // the failure itself in one line.
+  int lvl = level == LIBBPF_WARN ? 2 : level == LIBBPF_INFO ? 3 : 4;
+  if (lvl > log_verbosity()) return 0;
+  std::vector<char> buf(1 << 16);
+  vsnprintf(buf.data(), buf.size(), fmt, ap);
+  std::string s = buf.data();
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  log_line(lvl, s);
+  return 0;
+}
+
+}  // namespace
+
 // BPF_LINK_CREATE for netfilter, absent from libbpf 1.1's bpf_link_create().
-int nf_link_create(int prog_fd, int pf, int hook, int priority) {
+int netfilter_link_create(int prog_fd, int pf, int hook, int priority) {
   union bpf_attr attr;
   std::memset(&attr, 0, sizeof attr);
   struct nf_attr {
@@ -200,21 +215,6 @@ int nf_link_create(int prog_fd, int pf, int hook, int priority) {
   int fd = static_cast<int>(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof attr));
   return fd < 0 ? -errno : fd;
 }
-
-int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list ap) {
-  // libbpf warnings (incl. verifier logs) only with -v: the caller reports
-  // the failure itself in one line.
-  int lvl = level == LIBBPF_WARN ? 2 : level == LIBBPF_INFO ? 3 : 4;
-  if (lvl > log_verbosity()) return 0;
-  std::vector<char> buf(1 << 16);
-  vsnprintf(buf.data(), buf.size(), fmt, ap);
-  std::string s = buf.data();
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  log_line(lvl, s);
-  return 0;
-}
-
-}  // namespace
 
 std::string_view method_name(method m) {
   switch (m) {
@@ -477,7 +477,7 @@ status capture::attach_netfilter_all(const probe_plan& p) {
       }
     }
     for (int pf : {kNfprotoIpv4, kNfprotoIpv6}) {
-      int fd = nf_link_create(pfd, pf, m.hook, -128);
+      int fd = netfilter_link_create(pfd, pf, m.hook, -128);
       if (fd < 0) {
         st = error{"attaching " + std::string(m.progs[0]) + " to netfilter " + m.target +
                        " in netns " + path + ": " + std::strerror(-fd),

@@ -72,6 +72,10 @@ class kernel_features {
 
 std::vector<probe_plan> plan_probes(const kernel_features& kf);
 
+// BPF_LINK_CREATE for a netfilter program in the caller's network
+// namespace (libbpf 1.1 lacks it); returns the link fd or -errno.
+int netfilter_link_create(int prog_fd, int pf, int hook, int priority);
+
 // Names the missing capability, or empty if the process may load probes.
 std::string missing_capabilities();
 

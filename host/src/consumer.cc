@@ -119,7 +119,12 @@ uint64_t ring_consumer::deliver() {
 }
 
 result<uint64_t> ring_consumer::poll(int timeout_ms) {
-  int n = timeout_ms > 0 ? ring_buffer__poll(rb_, timeout_ms) : ring_buffer__consume(rb_);
+  // libbpf 1.1's ring_buffer__poll consumes only rings epoll reported
+  // ready; producers below the watermark do not wake us, so a poll that
+  // times out must still consume what is waiting.
+  int n = 0;
+  if (timeout_ms > 0) n = ring_buffer__poll(rb_, timeout_ms);
+  if (n >= 0 || n == -EINTR) n = ring_buffer__consume(rb_);
   uint64_t delivered = 0;
   for (;;) {
     if (n < 0 && n != -EINTR && n != -kBatchFull)

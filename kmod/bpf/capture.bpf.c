@@ -31,21 +31,25 @@
 /* ------------------------------------------------------------------ */
 /* socket layer                                                        */
 
+/* Fields of a kernel pointer: direct (CO-RE relocated) loads where the
+ * pointer is a trusted BTF pointer (tp_btf, fentry, netfilter ctx), one
+ * bpf_probe_read_kernel each otherwise (raw_tp, kprobe). */
+#define MG_RD(direct, p, ...) ((direct) ? (p)->__VA_ARGS__ : BPF_CORE_READ(p, __VA_ARGS__))
+
 static __always_inline void mg_sock_addrs(struct sock *sk, struct magnet_sock *p,
-					  bool send)
+					  bool send, bool direct)
 {
 	__u8 *loc = send ? p->saddr : p->daddr;
 	__u8 *rem = send ? p->daddr : p->saddr;
-	__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	__u16 lport = MG_RD(direct, sk, __sk_common.skc_num);
+	__u16 rport = bpf_ntohs(MG_RD(direct, sk, __sk_common.skc_dport));
 
-	p->family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	p->protocol = BPF_CORE_READ(sk, sk_protocol);
+	p->protocol = MG_RD(direct, sk, sk_protocol);
 	p->sport = send ? lport : rport;
 	p->dport = send ? rport : lport;
 	if (p->family == MG_AF_INET) {
-		__u32 l = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__u32 r = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__u32 l = MG_RD(direct, sk, __sk_common.skc_rcv_saddr);
+		__u32 r = MG_RD(direct, sk, __sk_common.skc_daddr);
 
 		__builtin_memcpy(loc, &l, 4);
 		__builtin_memcpy(rem, &r, 4);
@@ -59,7 +63,7 @@ static __always_inline void mg_sock_addrs(struct sock *sk, struct magnet_sock *p
  * struct sock, and 6.x copies linear datagrams without a tracepoint, so its
  * receive records carry only the local end (saddr/sport zero). */
 static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
-					 __u16 type)
+					 __u16 type, bool direct)
 {
 	bool send = slot == MAGNET_P_NET_SOCK_SEND;
 	struct magnet_probe_pcpu *st;
@@ -69,11 +73,11 @@ static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 
 	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode || !sk)
 		return 0;
-	s.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	s.family = MG_RD(direct, sk, __sk_common.skc_family);
 	if (s.family != MG_AF_INET && s.family != MG_AF_INET6)
 		return 0;
 	mg_ev_task(&ev, slot, ret);
-	mg_sock_addrs(sk, &s, send);
+	mg_sock_addrs(sk, &s, send, direct);
 	/* The flow id is known before the filters run: it can be filtered on. */
 	ev.aid = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, s.protocol);
 	st = mg_admit(&ev);
@@ -90,25 +94,25 @@ static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send_btf, struct sock *sk, int ret, int flags)
 {
-	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND);
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, true);
 }
 
 SEC("raw_tp/sock_send_length")
 int BPF_PROG(sock_send_raw, struct sock *sk, int ret, int flags)
 {
-	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND);
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, false);
 }
 
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv_btf, struct sock *sk, int ret, int flags)
 {
-	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV);
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, true);
 }
 
 SEC("raw_tp/sock_recv_length")
 int BPF_PROG(sock_recv_raw, struct sock *sk, int ret, int flags)
 {
-	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV);
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, false);
 }
 
 /* Before 6.3 (commit 6e6eda44b939 "net: add sock_send_length and
@@ -117,16 +121,15 @@ int BPF_PROG(sock_recv_raw, struct sock *sk, int ret, int flags)
 SEC("fexit/sock_sendmsg")
 int BPF_PROG(sock_send_fexit, struct socket *sock, struct msghdr *msg, int ret)
 {
-	return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_SEND,
-			     MAGNET_EV_NET_SOCK_SEND);
+	/* sock is trusted here, so sock->sk stays a BTF pointer */
+	return mg_sock_event(sock->sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, true);
 }
 
 SEC("fexit/sock_recvmsg")
 int BPF_PROG(sock_recv_fexit, struct socket *sock, struct msghdr *msg, int flags,
 	     int ret)
 {
-	return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_RECV,
-			     MAGNET_EV_NET_SOCK_RECV);
+	return mg_sock_event(sock->sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, true);
 }
 
 /* kprobe fallback: remember the socket at entry, emit at return. */
@@ -158,9 +161,9 @@ static __always_inline int mg_sock_kret(int ret, __u64 recv)
 	bpf_map_delete_elem(&sock_entry, &key);
 	if (recv)
 		return mg_sock_event(BPF_CORE_READ(sock, sk), ret,
-				     MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV);
+				     MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, false);
 	return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_SEND,
-			     MAGNET_EV_NET_SOCK_SEND);
+			     MAGNET_EV_NET_SOCK_SEND, false);
 }
 
 SEC("kprobe/sock_sendmsg")
@@ -193,49 +196,53 @@ int BPF_KRETPROBE(sock_recv_kretprobe, int ret)
 /* Which size a packet record reports. */
 enum mg_size_of { MG_SZ_L4_PAYLOAD, MG_SZ_IP_TOTAL, MG_SZ_SKB_LEN };
 
-/* Parse the IP and transport headers at @l3; returns the size to report. */
-static __always_inline __s32 mg_parse_l3(const void *l3, struct magnet_pkt *p,
-					 __u16 *rflags, enum mg_size_of what,
-					 bool kernel_ptr)
-{
-	struct iphdr iph = {};
-	struct ipv6hdr ip6 = {};
-	__u32 l4off = 0, hdrs = 0, l4hdr = 0;
-	__u8 l4[16] = {};
-	__s32 ip_total = 0;
+/* Headers are copied once into this buffer: IPv4 with up to 28 bytes of
+ * options or IPv6, plus the first 16 bytes of TCP/UDP. */
+#define MG_HDR_BUF 80
 
-	/* Both reads are safe on arbitrary pointers: probe_read_kernel. */
-	if (bpf_probe_read_kernel(&iph, sizeof(iph), l3))
+/* Parses the IP and transport headers in @raw (n valid bytes); returns the
+ * size to report.  No helper calls: all reads are from the stack. */
+static __always_inline __s32 mg_parse_l3(const __u8 *raw, __u32 n, struct magnet_pkt *p,
+					 __u16 *rflags, enum mg_size_of what)
+{
+	__u32 l4off, l4hdr = 0, hdrs;
+	__s32 ip_total;
+	const __u8 *l4;
+
+	if (n < 20)
 		return p->skb_len;
-	p->ip_version = iph.version;
-	if (iph.version == 4) {
-		p->protocol = iph.protocol;
-		p->tos = iph.tos;
-		p->ttl = iph.ttl;
-		p->ip_id = bpf_ntohs(iph.id);
-		p->frag_off = bpf_ntohs(iph.frag_off);
-		p->tot_len = bpf_ntohs(iph.tot_len);
-		__builtin_memcpy(p->saddr, &iph.saddr, 4);
-		__builtin_memcpy(p->daddr, &iph.daddr, 4);
-		l4off = iph.ihl * 4;
+	p->ip_version = raw[0] >> 4;
+	if (p->ip_version == 4) {
+		const struct iphdr *iph = (const void *)raw;
+
+		p->protocol = iph->protocol;
+		p->tos = iph->tos;
+		p->ttl = iph->ttl;
+		p->ip_id = bpf_ntohs(iph->id);
+		p->frag_off = bpf_ntohs(iph->frag_off);
+		p->tot_len = bpf_ntohs(iph->tot_len);
+		__builtin_memcpy(p->saddr, &iph->saddr, 4);
+		__builtin_memcpy(p->daddr, &iph->daddr, 4);
+		l4off = (raw[0] & 0xf) * 4;
 		ip_total = p->tot_len;
-	} else if (iph.version == 6) {
-		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), l3))
-			return p->skb_len;
+	} else if (p->ip_version == 6 && n >= 40) {
+		const struct ipv6hdr *ip6 = (const void *)raw;
+
 		*rflags |= MAGNET_RF_IPV6;
-		p->protocol = ip6.nexthdr;
-		p->ttl = ip6.hop_limit;
-		p->tot_len = bpf_ntohs(ip6.payload_len);
-		__builtin_memcpy(p->saddr, &ip6.saddr, 16);
-		__builtin_memcpy(p->daddr, &ip6.daddr, 16);
-		l4off = sizeof(ip6);
-		ip_total = p->tot_len + sizeof(ip6);
+		p->protocol = ip6->nexthdr;
+		p->ttl = ip6->hop_limit;
+		p->tot_len = bpf_ntohs(ip6->payload_len);
+		__builtin_memcpy(p->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(p->daddr, &ip6->daddr, 16);
+		l4off = 40;
+		ip_total = p->tot_len + 40;
 	} else {
 		return p->skb_len;
 	}
 
-	if (p->protocol == MG_IPPROTO_TCP || p->protocol == MG_IPPROTO_UDP) {
-		bpf_probe_read_kernel(l4, sizeof(l4), l3 + (l4off & 0x3f));
+	if ((p->protocol == MG_IPPROTO_TCP || p->protocol == MG_IPPROTO_UDP) &&
+	    l4off + 16 <= MG_HDR_BUF && l4off + 16 <= n) {
+		l4 = raw + (l4off & 0x3f);
 		p->sport = (__u16)l4[0] << 8 | l4[1];
 		p->dport = (__u16)l4[2] << 8 | l4[3];
 		if (p->protocol == MG_IPPROTO_TCP) {
@@ -253,39 +260,77 @@ static __always_inline __s32 mg_parse_l3(const void *l3, struct magnet_pkt *p,
 	if (what == MG_SZ_IP_TOTAL)
 		return ip_total;
 	if (what == MG_SZ_L4_PAYLOAD)
-		return ip_total > hdrs ? ip_total - hdrs : 0;
+		return ip_total > (__s32)hdrs ? ip_total - (__s32)hdrs : 0;
 	return p->skb_len;
+}
+
+/* The common tail of every packet probe: tag, filter, record. */
+static __always_inline int mg_pkt_emit(struct mg_ev *ev, struct magnet_pkt *pkt,
+				       const __u8 *raw, __u32 n, __u16 type,
+				       enum mg_size_of what)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_hdr *h;
+	__u16 rflags = 0;
+	__u32 slot = ev->slot;
+
+	ev->size = mg_parse_l3(raw, n, pkt, &rflags, what);
+	/* Device records belong to a VM only on its own tap: a vhost worker's
+	 * transmit on the wire side is host traffic at this layer, so per-VM
+	 * device counts are exactly the guest's TX (tap recv) and RX (tap xmit). */
+	if (slot == MAGNET_P_NET_DEV_XMIT || slot == MAGNET_P_NET_DEV_RECV || !ev->vm)
+		ev->vm = mg_vm_of_ifindex(pkt->ifindex);
+	/* The flow id costs a hash: only when a record or a filter needs it. */
+	if (slot < MAGNET_NPROBES && ((probe_ctl[slot].mode & MAGNET_MODE_STREAM) ||
+				      (filter_ctl.active & MAGNET_FK_ABSTRACT)))
+		ev->aid = magnet_flow_id(pkt->saddr, pkt->daddr, pkt->sport, pkt->dport,
+					 pkt->protocol);
+	st = mg_admit(ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, ev, type, sizeof(*pkt), rflags);
+	if (!h)
+		return 0;
+	__builtin_memcpy(h + 1, pkt, sizeof(*pkt));
+	mg_submit(h, sizeof(*h) + sizeof(*pkt));
+	return 0;
 }
 
 /* A packet record from a kernel sk_buff pointer (tracing program types). */
 static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 type,
 					enum mg_size_of what, bool at_data,
-					bool task_ctx)
+					bool task_ctx, bool direct)
 {
-	struct magnet_probe_pcpu *st;
 	struct magnet_pkt pkt = {};
-	struct magnet_hdr *h;
+	__u8 raw[MG_HDR_BUF] = {};
 	struct net_device *dev;
-	unsigned char *head;
-	__u16 rflags = 0;
-	struct mg_ev ev;
 	const void *l3;
+	struct mg_ev ev;
+	__u32 n = 64;
 
 	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode || !skb)
 		return 0;
-	dev = BPF_CORE_READ(skb, dev);
-	pkt.ifindex = dev ? BPF_CORE_READ(dev, ifindex) : 0;
-	pkt.skb_len = BPF_CORE_READ(skb, len);
-	pkt.l3proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	pkt.l3proto = bpf_ntohs(MG_RD(direct, skb, protocol));
 	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
 		return 0; /* ARP and friends are not part of the journey */
+	dev = MG_RD(direct, skb, dev);
+	pkt.ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
+	pkt.skb_len = MG_RD(direct, skb, len);
+	if (at_data)
+		l3 = MG_RD(direct, skb, data);
+	else
+		l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
 
-	if (at_data) {
-		l3 = BPF_CORE_READ(skb, data);
-	} else {
-		head = BPF_CORE_READ(skb, head);
-		l3 = head + BPF_CORE_READ(skb, network_header);
+	/* One copy of the headers; a short packet at the end of a page may not
+	 * have 64 readable bytes, so retry with the IPv4 minimum. */
+	if (bpf_probe_read_kernel(raw, 64, l3)) {
+		n = 36;
+		if (bpf_probe_read_kernel(raw, 36, l3))
+			n = 0;
 	}
+	if (n == 64 && (raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 &&
+	    !bpf_probe_read_kernel(raw, MG_HDR_BUF, l3))
+		n = MG_HDR_BUF;
 
 	if (task_ctx) {
 		mg_ev_task(&ev, slot, 0);
@@ -297,26 +342,9 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 		ev.cgroup = 0;
 		ev.vm = 0;
 		ev.flags = 0;
+		ev.aid = 0;
 	}
-	ev.size = mg_parse_l3(l3, &pkt, &rflags, what, true);
-	ev.aid = magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport,
-				pkt.protocol);
-	/* Device records belong to a VM only on its own tap: a vhost worker's
-	 * transmit on the wire side is host traffic at this layer, so per-VM
-	 * device counts are exactly the guest's TX (tap recv) and RX (tap xmit). */
-	if (slot == MAGNET_P_NET_DEV_XMIT || slot == MAGNET_P_NET_DEV_RECV)
-		ev.vm = mg_vm_of_ifindex(pkt.ifindex);
-	else if (!ev.vm)
-		ev.vm = mg_vm_of_ifindex(pkt.ifindex);
-	st = mg_admit(&ev);
-	if (!st)
-		return 0;
-	h = mg_reserve(st, &ev, type, sizeof(pkt), rflags);
-	if (!h)
-		return 0;
-	__builtin_memcpy(h + 1, &pkt, sizeof(pkt));
-	mg_submit(h, sizeof(*h) + sizeof(pkt));
-	return 0;
+	return mg_pkt_emit(&ev, &pkt, raw, n, type, what);
 }
 
 /* device layer */
@@ -324,14 +352,14 @@ SEC("tp_btf/net_dev_queue")
 int BPF_PROG(dev_xmit_btf, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_DEV_XMIT, MAGNET_EV_NET_DEV_XMIT,
-			    MG_SZ_SKB_LEN, false, true);
+			    MG_SZ_SKB_LEN, false, true, true);
 }
 
 SEC("raw_tp/net_dev_queue")
 int BPF_PROG(dev_xmit_raw, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_DEV_XMIT, MAGNET_EV_NET_DEV_XMIT,
-			    MG_SZ_SKB_LEN, false, true);
+			    MG_SZ_SKB_LEN, false, true, false);
 }
 
 /* At netif_receive_skb the MAC header is pulled: skb->data is the L3
@@ -340,14 +368,14 @@ SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(dev_recv_btf, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_DEV_RECV, MAGNET_EV_NET_DEV_RECV,
-			    MG_SZ_SKB_LEN, true, false);
+			    MG_SZ_SKB_LEN, true, false, true);
 }
 
 SEC("raw_tp/netif_receive_skb")
 int BPF_PROG(dev_recv_raw, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_DEV_RECV, MAGNET_EV_NET_DEV_RECV,
-			    MG_SZ_SKB_LEN, true, false);
+			    MG_SZ_SKB_LEN, true, false, false);
 }
 
 /* l4 -> ip hand-off on send, ip entry on receive: netfilter hooks (6.4+,
@@ -364,7 +392,7 @@ int l4_send_nf(struct bpf_nf_ctx___local *ctx)
 {
 	/* LOCAL_OUT runs in the sending task's context. */
 	mg_pkt_event(ctx->skb, MAGNET_P_NET_L4_SEND, MAGNET_EV_NET_L4_SEND,
-		     MG_SZ_L4_PAYLOAD, false, true);
+		     MG_SZ_L4_PAYLOAD, false, true, true);
 	return MG_NF_ACCEPT;
 }
 
@@ -372,7 +400,7 @@ SEC("netfilter")
 int ip_recv_nf(struct bpf_nf_ctx___local *ctx)
 {
 	mg_pkt_event(ctx->skb, MAGNET_P_NET_IP_RECV, MAGNET_EV_NET_IP_RECV,
-		     MG_SZ_IP_TOTAL, false, false);
+		     MG_SZ_IP_TOTAL, false, false, true);
 	return MG_NF_ACCEPT;
 }
 
@@ -380,14 +408,14 @@ SEC("fentry/ip_local_out")
 int BPF_PROG(l4_send_fentry, struct net *net, struct sock *sk, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_L4_SEND, MAGNET_EV_NET_L4_SEND,
-			    MG_SZ_L4_PAYLOAD, false, true);
+			    MG_SZ_L4_PAYLOAD, false, true, true);
 }
 
 SEC("kprobe/ip_local_out")
 int BPF_KPROBE(l4_send_kprobe, struct net *net, struct sock *sk, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_L4_SEND, MAGNET_EV_NET_L4_SEND,
-			    MG_SZ_L4_PAYLOAD, false, true);
+			    MG_SZ_L4_PAYLOAD, false, true, false);
 }
 
 /* ip_rcv runs before skb_reset_network_header's users: data is L3. */
@@ -395,14 +423,14 @@ SEC("fentry/ip_rcv")
 int BPF_PROG(ip_recv_fentry, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_IP_RECV, MAGNET_EV_NET_IP_RECV,
-			    MG_SZ_IP_TOTAL, true, false);
+			    MG_SZ_IP_TOTAL, true, false, true);
 }
 
 SEC("kprobe/ip_rcv")
 int BPF_KPROBE(ip_recv_kprobe, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_IP_RECV, MAGNET_EV_NET_IP_RECV,
-			    MG_SZ_IP_TOTAL, true, false);
+			    MG_SZ_IP_TOTAL, true, false, false);
 }
 
 /* cgroup_skb: ip output (ip_finish_output) and l4 delivery (sk_filter).
@@ -410,11 +438,8 @@ int BPF_KPROBE(ip_recv_kprobe, struct sk_buff *skb)
 static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 					  __u16 type, enum mg_size_of what)
 {
-	struct magnet_probe_pcpu *st;
 	struct magnet_pkt pkt = {};
-	struct magnet_hdr *h;
-	__u8 raw[60] = {};
-	__u16 rflags = 0;
+	__u8 raw[MG_HDR_BUF] = {};
 	struct mg_ev ev;
 	__u32 n;
 
@@ -425,15 +450,23 @@ static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 		return 1;
 	pkt.ifindex = skb->ifindex;
 	pkt.skb_len = skb->len;
-	n = skb->len < sizeof(raw) ? skb->len : sizeof(raw);
-	if (n < 20 || bpf_skb_load_bytes(skb, 0, raw, n < 40 ? 20 : 40))
+	/* bpf_skb_load_bytes wants a constant length: take the largest that fits. */
+	n = skb->len >= 64 ? 64 : skb->len >= 36 ? 36 : skb->len >= 20 ? 20 : 0;
+	if (n == 64) {
+		if (bpf_skb_load_bytes(skb, 0, raw, 64))
+			return 1;
+		if ((raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 && skb->len >= MG_HDR_BUF &&
+		    !bpf_skb_load_bytes(skb, 0, raw, MG_HDR_BUF))
+			n = MG_HDR_BUF;
+	} else if (n == 36) {
+		if (bpf_skb_load_bytes(skb, 0, raw, 36))
+			return 1;
+	} else if (n == 20) {
+		if (bpf_skb_load_bytes(skb, 0, raw, 20))
+			return 1;
+	} else {
 		return 1;
-	/* 40 bytes cover IPv4 (+options up to 20) and l4 ports/seq/flags for
-	 * the common case; the IPv6 header alone is 40 bytes, so load more. */
-	if ((raw[0] >> 4) == 6 && n >= 56)
-		bpf_skb_load_bytes(skb, 0, raw, 56);
-	else if ((raw[0] >> 4) == 4 && n >= 40 && (raw[0] & 0xf) * 4 + 16 > 40)
-		bpf_skb_load_bytes(skb, 0, raw, n >= 60 ? 60 : 40);
+	}
 
 	ev.slot = slot;
 	ev.now = bpf_ktime_get_ns();
@@ -446,21 +479,12 @@ static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 	} else {
 		ev.tgid = ev.tid = 0; /* softirq: no meaningful task */
 	}
-	ev.cgroup = bpf_skb_cgroup_id(skb);
+	/* cgroup of the socket's owner, only when a filter asks for it */
+	ev.cgroup = (filter_ctl.active & MAGNET_FK_CGROUP) ? bpf_skb_cgroup_id(skb) : 0;
 	ev.vm = 0;
 	ev.flags = 0;
-	ev.size = mg_parse_l3(raw, &pkt, &rflags, what, false);
-	ev.aid = magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport,
-				pkt.protocol);
-	ev.vm = mg_vm_of_ifindex(pkt.ifindex);
-	st = mg_admit(&ev);
-	if (!st)
-		return 1;
-	h = mg_reserve(st, &ev, type, sizeof(pkt), rflags);
-	if (!h)
-		return 1;
-	__builtin_memcpy(h + 1, &pkt, sizeof(pkt));
-	mg_submit(h, sizeof(*h) + sizeof(pkt));
+	ev.aid = 0;
+	mg_pkt_emit(&ev, &pkt, raw, n, type, what);
 	return 1;
 }
 
@@ -494,7 +518,8 @@ static __always_inline int mg_tcp_state_event(struct sock *sk)
 	if (!probe_ctl[MAGNET_P_NET_TCP_STATE].mode || !sk)
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_NET_TCP_STATE, 0);
-	mg_sock_addrs(sk, &s, true);
+	s.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	mg_sock_addrs(sk, &s, true, false);
 	ev.aid = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, MG_IPPROTO_TCP);
 	st = mg_admit(&ev);
 	if (!st)

@@ -163,12 +163,15 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 {
 	__u32 slot = ev->slot;
 	struct magnet_probe_pcpu *st;
+	struct magnet_probe_ctl *ctl;
 	struct magnet_agg *a;
 	__u32 mode, active, idx;
 
 	if (slot >= MAGNET_NPROBES)
 		return NULL;
-	mode = probe_ctl[slot].mode;
+	/* A pointer keeps its bounds across spills; a reloaded index does not. */
+	ctl = &probe_ctl[slot];
+	mode = ctl->mode;
 	if (!mode)
 		return NULL;
 	if (self_tgid && ev->tgid == self_tgid)
@@ -215,15 +218,14 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 	if (!(mode & MAGNET_MODE_STREAM))
 		return NULL;
 
-	if (probe_ctl[slot].sample_every > 1) {
-		if (++st->sample_count < probe_ctl[slot].sample_every)
+	if (ctl->sample_every > 1) {
+		if (++st->sample_count < ctl->sample_every)
 			return NULL;
 		st->sample_count = 0;
 		ev->flags |= MAGNET_RF_SAMPLED;
 	}
-	if (probe_ctl[slot].sample_ns) {
-		if (st->last_emit_ns &&
-		    ev->now - st->last_emit_ns < probe_ctl[slot].sample_ns)
+	if (ctl->sample_ns) {
+		if (st->last_emit_ns && ev->now - st->last_emit_ns < ctl->sample_ns)
 			return NULL;
 		st->last_emit_ns = ev->now;
 		ev->flags |= MAGNET_RF_SAMPLED;
@@ -270,17 +272,16 @@ static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
 	return h;
 }
 
-/* Batched wakeups: wake the consumer only when the data waiting crosses the
- * watermark; below it the consumer's poll timeout picks the records up. */
+/* Batched wakeups: below the watermark nobody is woken (the consumer's poll
+ * timeout picks the records up); at or above it every submit asks for a
+ * wakeup.  The kernel coalesces pending wakeups (irq_work), so a slow reader
+ * is not flooded, and no window can be jumped over by concurrent CPUs. */
 static __always_inline void mg_submit(void *rec, __u32 len)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 wm = filter_ctl.wakeup_watermark;
-	__u64 flag = BPF_RB_NO_WAKEUP;
 
-	if (avail >= wm && avail < wm + len)
-		flag = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(rec, flag);
+	bpf_ringbuf_submit(rec, avail >= filter_ctl.wakeup_watermark ? BPF_RB_FORCE_WAKEUP
+								  : BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline void mg_ev_task(struct mg_ev *ev, __u32 slot, __s32 size)
@@ -292,7 +293,11 @@ static __always_inline void mg_ev_task(struct mg_ev *ev, __u32 slot, __s32 size)
 	ev->cpu = bpf_get_smp_processor_id();
 	ev->tgid = pid_tgid >> 32;
 	ev->tid = (__u32)pid_tgid;
-	ev->cgroup = bpf_get_current_cgroup_id();
+	/* A helper call per event: only when a cgroup filter or cgroup-based
+	 * VM tagging can use it. */
+	ev->cgroup = (filter_ctl.active & MAGNET_FK_CGROUP) || filter_ctl.vm_tagging
+			     ? bpf_get_current_cgroup_id()
+			     : 0;
 	ev->vm = mg_vm_of_task(ev->tgid, ev->cgroup);
 	ev->size = size;
 	ev->aid = 0;

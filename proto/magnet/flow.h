@@ -30,13 +30,13 @@ static inline __u64 magnet_mix64(__u64 x)
 	return x;
 }
 
+/* Native-order word load: BPF and user space on one machine agree, and it
+ * is one instruction instead of eight byte loads in the probes. */
 static inline __u64 magnet_load64(const __u8 *p)
 {
-	__u64 v = 0;
-	int i;
+	__u64 v;
 
-	for (i = 0; i < 8; i++)
-		v |= (__u64)p[i] << (8 * i);
+	__builtin_memcpy(&v, p, sizeof(v));
 	return v;
 }
 

@@ -107,7 +107,7 @@ class ProgTestRun : public ::testing::Test {
   // Runs the cgroup_skb l4.recv program @n times on @pkt; returns its verdict.
   int run(const std::vector<uint8_t>& pkt, int n = 1) {
     LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = pkt.data(),
-                .data_size_in = static_cast<__u32>(pkt.size()), .repeat = static_cast<__u32>(n));
+                .data_size_in = static_cast<__u32>(pkt.size()), .repeat = static_cast<int>(n));
     int err = bpf_prog_test_run_opts(prog_, &o);
     EXPECT_EQ(err, 0) << std::strerror(-err);
     return static_cast<int>(o.retval);

@@ -1,0 +1,411 @@
+#!/usr/bin/env bash
+# Capture overhead of magnet on iperf3 over a veth pair between two network
+# namespaces created here (and removed at exit).  Root only.  See
+# docs/bench.md for what every number means.
+#
+#   overhead.sh [--rounds R] [--seconds T] [--proto udp,tcp] [--json FILE]
+#               [--modes baseline,stream,aggregation,tcpdump] [--build DIR]
+#       goodput per mode, runs interleaved (order rotated every round)
+#   overhead.sh --cost [--rate 200M] [--rounds R] [--seconds T] [--json FILE]
+#       per-probe cost (bpf_stats) against empty programs on the same hooks,
+#       and CPU time per packet at a fixed UDP rate below saturation;
+#       --cost-mode stream|aggregation picks what runs (default stream)
+#
+# Modes:  baseline     nothing attached
+#         stream       magnet record --probes net.sock,net.l4,net.ip,net.dev
+#                      (8 events per datagram, trace file on /dev/shm)
+#         aggregation  magnet stat --probes net.sock,net.l4,net.ip,net.dev
+#         tcpdump      tcpdump -s 96 -w /dev/null on the receiver's veth
+#                      (inside the receiver namespace)
+set -euo pipefail
+
+ROUNDS=5
+DUR=5
+PROTOS=udp,tcp
+MODES=baseline,stream,aggregation,tcpdump
+JSON=""
+COST=0
+RATE=200M
+COST_MODE=stream
+BUILD=""
+LEN=1400
+PROBES=net.sock,net.l4,net.ip,net.dev
+
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --seconds) DUR=$2; shift 2 ;;
+    --proto) PROTOS=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
+    --json) JSON=$2; shift 2 ;;
+    --cost) COST=1; shift ;;
+    --rate) RATE=$2; shift 2 ;;
+    --cost-mode) COST_MODE=$2; shift 2 ;;
+    --build) BUILD=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "overhead.sh: unknown argument $1" >&2; usage ;;
+  esac
+done
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+[[ -n "$BUILD" ]] || BUILD=$(cd "$HERE/../.." && pwd)/build
+MAGNET=$BUILD/host/magnet
+EMPTY=$BUILD/bench/capture/empty_probes
+[[ $EUID -eq 0 ]] || { echo "overhead.sh: needs root" >&2; exit 1; }
+for t in "$MAGNET" iperf3 ip python3 bpftool; do
+  command -v "$t" >/dev/null || { echo "overhead.sh: missing $t" >&2; exit 1; }
+done
+
+TAG=$$
+NS_S=mgbench-s-$TAG        # sender (iperf3 client)
+NS_R=mgbench-r-$TAG        # receiver (iperf3 server, tcpdump)
+V_S=mbs$TAG
+V_R=mbr$TAG
+A_S=10.231.0.1
+A_R=10.231.0.2
+WORK=$(mktemp -d /dev/shm/magnet-overhead.XXXXXX)
+RESULTS=$WORK/results.tsv
+PIDS=()
+OLD_STATS=""
+
+cleanup() {
+  set +e
+  for p in "${PIDS[@]}"; do
+    kill -INT "$p" 2>/dev/null
+  done
+  for p in "${PIDS[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+  done
+  ip netns del "$NS_S" 2>/dev/null
+  ip netns del "$NS_R" 2>/dev/null
+  [[ -n "$OLD_STATS" ]] && sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+forget_pid() {  # drop a PID from the cleanup list once reaped
+  local keep=() p
+  for p in "${PIDS[@]}"; do [[ "$p" == "$1" ]] || keep+=("$p"); done
+  PIDS=("${keep[@]+"${keep[@]}"}")
+}
+
+# Stops a background helper by PID with SIGINT and reaps it.
+stop_pid() {
+  local p=$1
+  kill -INT "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+  forget_pid "$p"
+}
+
+# utime+stime of a process in clock ticks, and its voluntary context switches.
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+vol_csw() { awk '/^voluntary_ctxt_switches/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+CLK_TCK=$(getconf CLK_TCK)
+
+wait_for() {  # wait_for FILE PATTERN SECONDS
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "overhead.sh: timed out waiting for '$2' in $1:" >&2
+  cat "$1" >&2 || true
+  return 1
+}
+
+# ---------------------------------------------------------------- network
+ip netns add "$NS_S"
+ip netns add "$NS_R"
+ip link add "$V_S" type veth peer name "$V_R"
+ip link set "$V_S" netns "$NS_S"
+ip link set "$V_R" netns "$NS_R"
+ip -n "$NS_S" addr add $A_S/24 dev "$V_S"
+ip -n "$NS_R" addr add $A_R/24 dev "$V_R"
+for ns in "$NS_S" "$NS_R"; do ip -n "$ns" link set lo up; done
+ip -n "$NS_S" link set "$V_S" up
+ip -n "$NS_R" link set "$V_R" up
+# ip netns exec execs in place: $! is iperf3's own PID.
+ip netns exec "$NS_R" iperf3 -s -B $A_R -p 5201 >"$WORK/iperf3-server.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 50); do
+  ip netns exec "$NS_S" bash -c "exec 3<>/dev/tcp/$A_R/5201" 2>/dev/null && break
+  sleep 0.1
+done
+sleep 0.2
+
+# iperf3 client run; prints "goodput_bps packets udp_lost_pct" on stdout.
+run_iperf() {  # proto out.json [rate]
+  local proto=$1 out=$2 rate=${3:-0} args=()
+  if [[ $proto == udp ]]; then args=(-u -l $LEN -b "$rate"); fi
+  ip netns exec "$NS_S" iperf3 -c $A_R -p 5201 -t "$DUR" --json "${args[@]}" >"$out" || {
+    echo "overhead.sh: iperf3 failed:" >&2; cat "$out" >&2; return 1; }
+  python3 - "$out" "$proto" $LEN <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1])); proto = sys.argv[2]; ln = int(sys.argv[3])
+e = d["end"]
+if proto == "udp":
+    s = e.get("sum_received") or e["sum"]
+    if "sum_received" in e:
+        bps = s["bits_per_second"]; pk = e["sum"]["packets"]; lp = e["sum"]["lost_percent"]
+    else:  # iperf3 <= 3.12: sum is the sender's view plus the server's loss
+        pk, lost, secs = s["packets"], s["lost_packets"], s["seconds"]
+        bps = (pk - lost) * ln * 8 / secs; lp = s["lost_percent"]
+    print(f"{bps:.0f} {pk} {lp:.3f}")
+else:
+    r = e["sum_received"]; sent = e["sum_sent"]
+    print(f"{r['bits_per_second']:.0f} {int(sent['bytes'] / 1448)} 0")
+EOF
+}
+
+# ---------------------------------------------------------------- overhead
+start_mode() {  # mode -> sets HPID (helper PID or empty)
+  HPID=""
+  case $1 in
+    baseline) ;;
+    stream)
+      : >"$WORK/helper.err"
+      "$MAGNET" record -o "$WORK/trace.mgt" --probes $PROBES 2>"$WORK/helper.err" &
+      HPID=$!; PIDS+=("$HPID")
+      wait_for "$WORK/helper.err" "recording" 15 ;;
+    aggregation)
+      : >"$WORK/helper.out"
+      "$MAGNET" stat --probes $PROBES --interval 1s >"$WORK/helper.out" 2>&1 &
+      HPID=$!; PIDS+=("$HPID")
+      wait_for "$WORK/helper.out" "." 15 ;;   # first table: probes attached
+    tcpdump)
+      : >"$WORK/helper.err"
+      ip netns exec "$NS_R" tcpdump -n -i "$V_R" -s 96 -w /dev/null 2>"$WORK/helper.err" &
+      HPID=$!; PIDS+=("$HPID")
+      wait_for "$WORK/helper.err" "listening on" 15 ;;
+  esac
+}
+
+run_overhead() {
+  local modes=(${MODES//,/ }) protos=(${PROTOS//,/ }) n=${#modes[@]}
+  printf 'proto\tround\tmode\tgoodput_bps\tpackets\tudp_lost_pct\trecords\tlost_events\thelper_cpu_s\thelper_vol_csw\n' >"$RESULTS"
+  for proto in "${protos[@]}"; do
+    for ((r = 1; r <= ROUNDS; r++)); do
+      for ((k = 0; k < n; k++)); do
+        local mode=${modes[$(((k + r - 1) % n))]}
+        start_mode "$mode"
+        local c0=0 s0=0 c1=0 s1=0
+        [[ -n "$HPID" ]] && { c0=$(cpu_ticks "$HPID"); s0=$(vol_csw "$HPID"); }
+        read -r bps pk lp < <(run_iperf "$proto" "$WORK/iperf.json" 0) || true
+        [[ -n "${bps:-}" ]] || { echo "overhead.sh: iperf3 run failed" >&2; exit 1; }
+        [[ -n "$HPID" ]] && { c1=$(cpu_ticks "$HPID"); s1=$(vol_csw "$HPID"); }
+        local recs=- lost=-
+        if [[ -n "$HPID" ]]; then stop_pid "$HPID"; fi
+        if [[ $mode == stream* ]]; then
+          local line
+          line=$(grep -E '^magnet: [0-9]+ records, [0-9]+ bytes, [0-9]+ lost' "$WORK/helper.err" | tail -1)
+          [[ -n "$line" ]] || { echo "overhead.sh: no final line from magnet record:" >&2; cat "$WORK/helper.err" >&2; exit 1; }
+          recs=$(sed -E 's/^magnet: ([0-9]+) records.*/\1/' <<<"$line")
+          lost=$(sed -E 's/.* ([0-9]+) lost.*/\1/' <<<"$line")
+          rm -f "$WORK/trace.mgt"
+        fi
+        local hcpu
+        hcpu=$(awk -v a="$c0" -v b="$c1" -v t="$CLK_TCK" 'BEGIN{printf "%.2f", (b-a)/t}')
+        printf '%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$proto" "$r" "$mode" "$bps" "$pk" "$lp" \
+          "$recs" "$lost" "$hcpu" "$((s1 - s0))" >>"$RESULTS"
+        printf '  %s round %d %-11s %8.0f Mbit/s%s\n' "$proto" "$r" "$mode" \
+          "$(awk -v b="$bps" 'BEGIN{print b/1e6}')" \
+          "$([[ $mode == stream* ]] && echo ", $recs records, $lost lost")" >&2
+      done
+    done
+  done
+  python3 - "$RESULTS" "$JSON" "$ROUNDS" "$DUR" <<'EOF'
+import csv, json, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+out = {"bench": "capture_overhead", "rounds": int(sys.argv[3]), "seconds": float(sys.argv[4]),
+       "path": "iperf3 over veth between two netns", "protocols": {}}
+targets = {"stream": 0.95, "aggregation": 0.98}
+for proto in dict.fromkeys(r["proto"] for r in rows):
+    pr = [r for r in rows if r["proto"] == proto]
+    modes = list(dict.fromkeys(r["mode"] for r in pr))
+    base = {r["round"]: float(r["goodput_bps"]) for r in pr if r["mode"] == "baseline"}
+    bmed = statistics.median(base.values()) if base else None
+    res = {}
+    for m in modes:
+        mr = [r for r in pr if r["mode"] == m]
+        g = [float(r["goodput_bps"]) for r in mr]
+        # per-round ratio: this run over the baseline run of the same round
+        rr = [float(r["goodput_bps"]) / base[r["round"]] for r in mr if r["round"] in base]
+        e = {"goodput_bps": {"median": statistics.median(g), "min": min(g), "max": max(g)},
+             "samples_bps": g,
+             "ratio_of_medians": statistics.median(g) / bmed if bmed else None,
+             "per_round_ratio": {"median": statistics.median(rr), "min": min(rr), "max": max(rr)} if rr else None,
+             "udp_lost_pct_median": statistics.median(float(r["udp_lost_pct"]) for r in mr),
+             "helper_cpu_s_median": statistics.median(float(r["helper_cpu_s"]) for r in mr),
+             "helper_voluntary_csw_median": statistics.median(int(r["helper_vol_csw"]) for r in mr)}
+        if m.startswith("stream"):
+            e["records"] = [int(r["records"]) for r in mr]
+            e["lost_events"] = [int(r["lost_events"]) for r in mr]
+            e["records_per_packet"] = statistics.median(
+                int(r["records"]) / max(1, int(r["packets"])) for r in mr) if proto == "udp" else None
+        if m in targets:
+            e["target_ratio"] = targets[m]
+        res[m] = e
+    if "stream" in res and "tcpdump" in res:
+        res["stream"]["above_tcpdump"] = res["stream"]["goodput_bps"]["median"] > res["tcpdump"]["goodput_bps"]["median"]
+    out["protocols"][proto] = res
+    print(f"\n{proto.upper()} ({'-l 1400 -b 0' if proto == 'udp' else 'default'}), {sys.argv[3]} rounds x {sys.argv[4]} s, interleaved; goodput = receiver Mbit/s")
+    print(f"{'mode':<12}{'median':>9}{'min-max':>15}{'ratio':>8}{'round ratio (min-max)':>24}"
+          f"{'udp lost%':>10}{'helper CPU':>11}{'wakeups/s':>10}  lost events")
+    for m, e in res.items():
+        g = e["goodput_bps"]; rr = e["per_round_ratio"]
+        mm = f"{g['min']/1e6:.0f}-{g['max']/1e6:.0f}"
+        rat = f"{e['ratio_of_medians']:.3f}" if e["ratio_of_medians"] else "-"
+        rrs = f"{rr['median']:.3f} ({rr['min']:.3f}-{rr['max']:.3f})" if rr else "-"
+        cpu = f"{100*e['helper_cpu_s_median']/float(sys.argv[4]):.0f}%" if m != "baseline" else "-"
+        wk = f"{e['helper_voluntary_csw_median']/float(sys.argv[4]):.0f}" if m != "baseline" else "-"
+        lost = ",".join(map(str, e["lost_events"])) if m.startswith("stream") else ""
+        print(f"{m:<12}{g['median']/1e6:>9.0f}{mm:>15}{rat:>8}{rrs:>24}{e['udp_lost_pct_median']:>10.2f}{cpu:>11}{wk:>10}  {lost}")
+    for m in ("stream",):
+        if m in res and res[m].get("records_per_packet"):
+            print(f"{m}: {res[m]['records_per_packet']:.2f} records per datagram sent")
+if sys.argv[2]:
+    s = json.dumps(out, indent=1)
+    if sys.argv[2] == "-": print(s)
+    else: open(sys.argv[2], "w").write(s + "\n")
+EOF
+}
+
+# ---------------------------------------------------------------- per-probe cost
+# IDs of the BPF programs a process holds open (from /proc/PID/fdinfo).
+prog_ids() {
+  local f
+  for f in /proc/"$1"/fdinfo/*; do awk '/^prog_id:/{print $2}' "$f" 2>/dev/null; done | sort -un
+}
+snapshot() { bpftool prog show --json >"$1"; }
+
+run_cost() {
+  [[ -x "$EMPTY" ]] || { echo "overhead.sh: build $EMPTY first" >&2; exit 1; }
+  OLD_STATS=$(sysctl -n kernel.bpf_stats_enabled)
+  sysctl -qw kernel.bpf_stats_enabled=1
+  : >"$WORK/cost.tsv"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    # Phase A: empty programs alone.  Phase B: magnet stream + empty
+    # programs on the same hooks, both seeing the same packets.
+    for phase in empty both; do
+      : >"$WORK/empty.err"
+      "$EMPTY" --netns "/run/netns/$NS_S" --netns "/run/netns/$NS_R" 2>"$WORK/empty.err" &
+      local epid=$!; PIDS+=("$epid")
+      wait_for "$WORK/empty.err" "ready" 15
+      local mpid="" ids
+      ids=$(prog_ids "$epid")
+      if [[ $phase == both ]]; then
+        start_mode "$COST_MODE"; mpid=$HPID
+        ids="$ids $(prog_ids "$mpid")"
+      fi
+      snapshot "$WORK/before.json"
+      local c0=0 c1=0
+      [[ -n "$mpid" ]] && c0=$(cpu_ticks "$mpid")
+      read -r bps pk lp < <(run_iperf udp "$WORK/iperf.json" "$RATE") || true
+      [[ -n "${bps:-}" ]] || { echo "overhead.sh: iperf3 run failed" >&2; exit 1; }
+      [[ -n "$mpid" ]] && c1=$(cpu_ticks "$mpid")
+      snapshot "$WORK/after.json"
+      local recs=0 lost=0
+      if [[ -n "$mpid" ]]; then
+        stop_pid "$mpid"
+      fi
+      if [[ -n "$mpid" && $COST_MODE == stream* ]]; then
+        local line
+        line=$(grep -E '^magnet: [0-9]+ records' "$WORK/helper.err" | tail -1)
+        recs=$(sed -E 's/^magnet: ([0-9]+) records.*/\1/' <<<"$line")
+        lost=$(sed -E 's/.* ([0-9]+) lost.*/\1/' <<<"$line")
+        rm -f "$WORK/trace.mgt"
+      fi
+      stop_pid "$epid"
+      python3 - "$WORK/before.json" "$WORK/after.json" "$r" "$phase" "$pk" "$bps" "$lp" \
+        "$(awk -v a="$c0" -v b="$c1" -v t="$CLK_TCK" 'BEGIN{print (b-a)/t}')" "$recs" "$lost" \
+        $ids >>"$WORK/cost.tsv" <<'EOF'
+import json, sys
+b = {p["id"]: p for p in json.load(open(sys.argv[1]))}
+a = {p["id"]: p for p in json.load(open(sys.argv[2]))}
+r, phase, pk, bps, lp, cpu, recs, lost = sys.argv[3:11]
+for i in map(int, sys.argv[11:]):
+    if i not in a: continue
+    p0, p1 = b.get(i, {}), a[i]
+    dt = p1.get("run_time_ns", 0) - p0.get("run_time_ns", 0)
+    dn = p1.get("run_cnt", 0) - p0.get("run_cnt", 0)
+    print("\t".join(map(str, [r, phase, p1["name"], dn, dt, pk, bps, lp, cpu, recs, lost])))
+EOF
+      printf '  cost round %d %-5s %s packets at %s\n' "$r" "$phase" "$pk" "$RATE" >&2
+    done
+  done
+  python3 - "$WORK/cost.tsv" "$JSON" "$RATE" "$DUR" <<'EOF'
+import json, statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+hook = {  # magnet program -> (empty program on the same hook, hook)
+    "sock_send_btf": ("empty_sock_send", "tp_btf sock_send_length"),
+    "l4_send_nf": ("empty_l4_send", "netfilter LOCAL_OUT"),
+    "ip_send_cgskb": ("empty_ip_send", "cgroup_skb egress"),
+    "dev_xmit_btf": ("empty_dev_xmit", "tp_btf net_dev_queue"),
+    "dev_recv_btf": ("empty_dev_recv", "tp_btf netif_receive_skb"),
+    "ip_recv_nf": ("empty_ip_recv", "netfilter PRE_ROUTING"),
+    "l4_recv_cgskb": ("empty_l4_recv", "cgroup_skb ingress"),
+    "sock_recv_btf": ("empty_sock_recv", "tp_btf sock_recv_length"),
+}
+med = statistics.median
+per = {}  # (phase, name) -> [ns/event per round]
+cnt = {}
+rounds = {}
+for r, phase, name, dn, dt, pk, bps, lp, cpu, recs, lost in rows:
+    dn, dt = int(dn), int(dt)
+    if dn <= 0: continue
+    per.setdefault((phase, name), []).append(dt / dn)
+    cnt.setdefault((phase, name), []).append(dn / max(1, int(pk)))
+    rd = rounds.setdefault((r, phase), {"pk": int(pk), "bps": float(bps), "lp": float(lp),
+                                        "cpu": float(cpu), "recs": int(recs), "lost": int(lost), "ns": {}})
+    rd["ns"][name] = dt
+def mm(v): return f"{med(v):6.0f} ({min(v):.0f}-{max(v):.0f})"
+print(f"\nPer-probe cost ({__import__('os').environ.get('COST_MODE')}), UDP -l 1400 -b {sys.argv[3]} for {sys.argv[4]} s, {len({k[0] for k in rounds})} rounds;"
+      " ns/event = run_time_ns/run_cnt (kernel.bpf_stats_enabled=1), median (min-max)")
+print(f"{'magnet program':<15}{'hook':<26}{'events/pkt':>11}{'magnet ns/ev':>20}{'empty ns/ev (same run)':>24}"
+      f"{'empty alone':>20}{'added ns':>10}")
+out = {"bench": "capture_probe_cost", "rate": sys.argv[3], "seconds": float(sys.argv[4]), "programs": []}
+tot_added = []
+for m, (e, h) in hook.items():
+    mv = per.get(("both", m)); ev = per.get(("both", e)); ea = per.get(("empty", e))
+    if not mv or not ev: print(f"{m:<15}{h:<26}  (no events)"); continue
+    added = [x - y for x, y in zip(mv, ev)]
+    tot_added.append(med(added))
+    print(f"{m:<15}{h:<26}{med(cnt[('both', m)]):>11.2f}{mm(mv):>20}{mm(ev):>24}{mm(ea) if ea else '-':>20}{med(added):>10.0f}")
+    out["programs"].append({"program": m, "hook": h, "events_per_packet": med(cnt[("both", m)]),
+                            "magnet_ns_per_event": {"median": med(mv), "min": min(mv), "max": max(mv)},
+                            "empty_ns_per_event_same_run": {"median": med(ev), "min": min(ev), "max": max(ev)},
+                            "empty_ns_per_event_alone": {"median": med(ea), "min": min(ea), "max": max(ea)} if ea else None,
+                            "added_ns_per_event": med(added)})
+# CPU time per packet, phase "both"
+kern, cons, rpp, lost, lp = [], [], [], [], []
+for (r, phase), d in rounds.items():
+    if phase != "both": continue
+    kern.append(sum(v for k, v in d["ns"].items() if k in hook) / d["pk"])
+    cons.append(d["cpu"] * 1e9 / d["pk"])
+    rpp.append(d["recs"] / d["pk"]); lost.append(d["lost"]); lp.append(d["lp"])
+empt = [sum(v for k, v in d["ns"].items() if k.startswith("empty_")) / d["pk"]
+        for (r, ph), d in rounds.items() if ph == "both"]
+print(f"\nCPU time per datagram at {sys.argv[3]} (phase magnet+empty), median (min-max):")
+print(f"  magnet BPF programs, summed over the 8 hooks (bpf_stats): {mm(kern)} ns")
+print(f"  empty programs on the same 8 hooks (bpf_stats):           {mm(empt)} ns")
+print(f"  => added in the kernel by magnet's probes:                {med(kern)-med(empt):6.0f} ns")
+print(f"  magnet record process, utime+stime / datagrams:           {mm(cons)} ns  (10 ms tick resolution)")
+print(f"  records per datagram {med(rpp):.2f}; lost events {lost}; iperf3 UDP loss % {lp}")
+out["per_packet"] = {"magnet_bpf_ns": {"median": med(kern), "min": min(kern), "max": max(kern)},
+                     "empty_bpf_ns": {"median": med(empt), "min": min(empt), "max": max(empt)},
+                     "consumer_cpu_ns": {"median": med(cons), "min": min(cons), "max": max(cons)},
+                     "records_per_packet": med(rpp), "lost_events": lost, "udp_lost_pct": lp}
+if sys.argv[2]:
+    s = json.dumps(out, indent=1)
+    if sys.argv[2] == "-": print(s)
+    else: open(sys.argv[2], "w").write(s + "\n")
+EOF
+}
+
+echo "overhead.sh: kernel.bpf_stats_enabled=$(sysctl -n kernel.bpf_stats_enabled) during the runs" >&2
+export COST_MODE
+if [[ $COST == 1 ]]; then run_cost; else run_overhead; fi
