@@ -135,10 +135,11 @@ bool exists(const std::string& p) {
   return stat(p.c_str(), &st) == 0;
 }
 
-// Tries to load a do-nothing program of the given kind; returns errno or 0.
-int try_load(bpf_prog_type type, bpf_attach_type attach, int btf_id) {
+// Tries to load a do-nothing program of the given kind returning @ret (fentry
+// must return 0, netfilter a verdict); returns errno or 0.
+int try_load(bpf_prog_type type, bpf_attach_type attach, int btf_id, int ret) {
   struct bpf_insn insns[] = {
-      {.code = 0xb7, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 1},  // r0 = 1
+      {.code = 0xb7, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = ret},  // r0 = ret
       {.code = 0x95, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 0},  // exit
   };
   LIBBPF_OPTS(bpf_prog_load_opts, o, .expected_attach_type = attach,
@@ -267,7 +268,7 @@ kernel_features kernel_features::probe() {
     k.btf_ = std::shared_ptr<void>(vm, [](void* p) { btf__free(static_cast<btf*>(p)); });
     int id = btf__find_by_name_kind(vm, "sock_sendmsg", BTF_KIND_FUNC);
     if (id < 0) id = btf__find_by_name_kind(vm, "ip_rcv", BTF_KIND_FUNC);
-    int err = id > 0 ? try_load(BPF_PROG_TYPE_TRACING, BPF_TRACE_FENTRY, id) : ENOENT;
+    int err = id > 0 ? try_load(BPF_PROG_TYPE_TRACING, BPF_TRACE_FENTRY, id, 0) : ENOENT;
     k.fentry_ok_ = err == 0;
     if (err == EPERM)
       k.fentry_why_ = "kernel refuses fentry/fexit programs (EPERM on load)";
@@ -278,7 +279,7 @@ kernel_features kernel_features::probe() {
                          "CONFIG_NETFILTER_BPF_LINK)";
     } else {
       int e = try_load(static_cast<bpf_prog_type>(kProgTypeNetfilter),
-                       static_cast<bpf_attach_type>(kAttachNetfilter), 0);
+                       static_cast<bpf_attach_type>(kAttachNetfilter), 0, 1);
       k.netfilter_ok_ = e == 0;
       if (e) k.netfilter_why_ = std::string("netfilter program load failed: ") + std::strerror(e);
     }
@@ -411,11 +412,13 @@ result<std::unique_ptr<capture>> capture::open(const capture_options& opt) {
   c->skel_ = capture_bpf__open();
   if (!c->skel_) return error::from_errno("opening the BPF object");
 
-  // Load the chosen method of every probe that can attach; nothing else.
+  // Load the chosen method of the requested probes; nothing else, so a
+  // program this kernel rejects only affects the probe that needs it.
   bpf_program* prog;
   bpf_object__for_each_program(prog, c->skel_->obj) bpf_program__set_autoload(prog, false);
   for (const auto& p : c->plans_) {
     if (p.chosen < 0) continue;
+    if (!opt.probes.empty() && !opt.probes.count(p.spec->type)) continue;
     for (const char* name : p.spec->methods[p.chosen].progs) {
       auto* pr = bpf_object__find_program_by_name(c->skel_->obj, name);
       if (!pr) return error{std::string("BPF object lacks program ") + name};
@@ -426,6 +429,9 @@ result<std::unique_ptr<capture>> capture::open(const capture_options& opt) {
   std::random_device rd;
   c->skel_->rodata->id_key = (static_cast<uint64_t>(rd()) << 32) | rd();
   c->skel_->rodata->self_tgid = static_cast<__u32>(getpid());
+  // cgroup_skb programs may not ask for the current task on 6.1; 6.18 allows it.
+  c->skel_->rodata->cgskb_has_task =
+      libbpf_probe_bpf_helper(BPF_PROG_TYPE_CGROUP_SKB, BPF_FUNC_get_current_pid_tgid, nullptr) > 0;
   c->skel_->bss->filter_ctl.wakeup_watermark =
       opt.wakeup_watermark ? opt.wakeup_watermark : rb / 8;
 

@@ -80,6 +80,7 @@ int netfilter_link_create(int prog_fd, int pf, int hook, int priority);
 std::string missing_capabilities();
 
 struct capture_options {
+  std::set<uint16_t> probes;         // probes to load (empty = every one that can attach)
   size_t ring_bytes = 16u << 20;     // power of two, >= 4096
   uint64_t wakeup_watermark = 0;     // 0 = ring_bytes / 8
 };

@@ -144,6 +144,7 @@ int cmd_record(cli::args& a) {
   record_opts o = parse_record(a);
 
   capture_options co;
+  co.probes = o.types;
   co.ring_bytes = o.ring;
   co.wakeup_watermark = o.watermark;
   auto cap = capture::open(co);

@@ -41,6 +41,7 @@ int cmd_stat(cli::args& a) {
   uint64_t dur_ns = dur ? cli::need(cli::parse_duration_ns(*dur), "--duration") : 0;
 
   capture_options co;
+  co.probes = types;
   co.ring_bytes = 4096;  // aggregation only: the ring stays empty
   auto cap = capture::open(co);
   if (!cap) {

@@ -33,10 +33,12 @@ views:
     filter: "event == net.dev.recv"
     per_vm: true
     windows: [{events: 1000}, {ms: 1000}]
+    group_by: [connection]    # per flow: bytes and average bandwidth
   - name: guest-rx            # what the guest receives: sent to its tap
     filter: "event == net.dev.xmit"
     per_vm: true
     windows: [{events: 1000}, {ms: 1000}]
+    group_by: [connection]
   - name: block-io
     filter: "event == blk.complete"
     per_vm: true
@@ -69,6 +71,7 @@ class host_daemon : public vm_tagger {
 
   // vm_tagger: called from the registry thread.
   void vm_changed(const vm_info& vm) override {
+    (void)cap_->untag_vm(vm.vm_id);  // threads or taps may have gone
     if (vm.qemu_pid) (void)cap_->tag_vm_tgid(static_cast<uint32_t>(vm.qemu_pid), vm.vm_id);
     for (const auto& t : vm.threads)  // vhost kernel workers have their own tgid
       if (t.role == "vhost") (void)cap_->tag_vm_tgid(static_cast<uint32_t>(t.tid), vm.vm_id);
@@ -143,6 +146,7 @@ status host_daemon::setup_capture() {
   auto types = select_events(opt_.probes);
   if (!types) return types.err();
   capture_options co;
+  co.probes = *types;
   co.ring_bytes = opt_.ring_bytes;
   auto c = capture::open(co);
   if (!c) return c.err();

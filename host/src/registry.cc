@@ -34,13 +34,20 @@ std::string cgroup2_mount() {
   return {};
 }
 
-// The unified-hierarchy path of a task ("0::/machine/...").
-std::string cgroup_v2_of(pid_t tid) {
+// The cgroups of a task: "controllers:path" per hierarchy (v1 and v2);
+// @v2 receives the unified-hierarchy path ("0::/machine/...").
+std::vector<std::string> cgroups_of(pid_t tid, std::string& v2) {
   std::ifstream f("/proc/" + std::to_string(tid) + "/cgroup");
+  std::vector<std::string> out;
   std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
-  return {};
+  while (std::getline(f, line)) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string ctl = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.rfind("0::", 0) == 0) v2 = path;
+    if (path != "/") out.push_back((ctl.empty() ? std::string("unified") : ctl) + ":" + path);
+  }
+  return out;
 }
 
 // Resolves interface names inside the network namespace of @pid (QEMU's:
@@ -235,12 +242,17 @@ status registry::reconcile() {
     }
     if (vm.qemu_pid) {
       vm.threads = qemu_threads(vm.qemu_pid);
+      // Every hierarchy's path is reported; the unified (v2) ones are what
+      // the kernel's cgroup ids refer to, so only they are tagged.
       std::string root = cgroup2_mount();
-      std::set<std::string> paths;
-      for (const auto& t : vm.threads) paths.insert(cgroup_v2_of(t.tid));
-      for (const auto& p : paths) {
-        if (p.empty() || p == "/") continue;  // never tag the root cgroup
-        vm.cgroups.push_back(p);
+      std::set<std::string> all, v2s;
+      for (const auto& t : vm.threads) {
+        std::string v2;
+        for (auto& c : cgroups_of(t.tid, v2)) all.insert(c);
+        if (!v2.empty() && v2 != "/") v2s.insert(v2);  // never tag the root cgroup
+      }
+      vm.cgroups.assign(all.begin(), all.end());
+      for (const auto& p : v2s) {
         struct stat st;
         if (!root.empty() && stat((root + p).c_str(), &st) == 0) vm.cgroup_ids.insert(st.st_ino);
       }
@@ -257,18 +269,21 @@ status registry::reconcile() {
     for (auto& [uuid, vm] : now) {
       vm.vm_id = id_for(uuid);
       auto it = by_uuid_.find(uuid);
-      if (it == by_uuid_.end() || !(it->second == vm)) changed.push_back(vm);
+      if (it == by_uuid_.end()) {
+        changed.push_back(vm);
+      } else if (!(it->second == vm)) {
+        // A restart is a new process: the old one is gone with its state.
+        // New threads or taps of the same process are only a change.
+        if (it->second.qemu_pid != vm.qemu_pid) gone.push_back(vm.vm_id);
+        changed.push_back(vm);
+      }
     }
     for (auto& [uuid, vm] : by_uuid_)
       if (!now.count(uuid)) gone.push_back(vm.vm_id);
     by_uuid_ = std::move(now);
   }
   for (uint32_t id : gone) tagger_.vm_gone(id);
-  for (const auto& vm : changed) {
-    // A restart keeps the id but brings a new process: clear, then tag.
-    tagger_.vm_gone(vm.vm_id);
-    tagger_.vm_changed(vm);
-  }
+  for (const auto& vm : changed) tagger_.vm_changed(vm);
   return {};
 }
 

@@ -56,7 +56,9 @@ struct vm_info {
 class vm_tagger {
  public:
   virtual ~vm_tagger() = default;
-  virtual void vm_changed(const vm_info& vm) = 0;  // new or changed
+  // New, or changed (threads, taps): the tagger replaces the VM's mapping.
+  virtual void vm_changed(const vm_info& vm) = 0;
+  // Stopped, or restarted (a new QEMU process follows with vm_changed).
   virtual void vm_gone(uint32_t vm_id) = 0;
 };
 

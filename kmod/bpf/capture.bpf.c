@@ -471,7 +471,7 @@ static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 	ev.slot = slot;
 	ev.now = bpf_ktime_get_ns();
 	ev.cpu = bpf_get_smp_processor_id();
-	if (type == MAGNET_EV_NET_IP_SEND) {
+	if (type == MAGNET_EV_NET_IP_SEND && cgskb_has_task) {
 		__u64 pid_tgid = bpf_get_current_pid_tgid();
 
 		ev.tgid = pid_tgid >> 32;

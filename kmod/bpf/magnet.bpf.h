@@ -22,6 +22,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by the loader before load. */
 const volatile __u64 id_key = 0;     /* scrambles kernel pointers into ids */
 const volatile __u32 self_tgid = 0;  /* the recorder itself: never traced */
+/* cgroup_skb programs may call bpf_get_current_pid_tgid (probed by the
+ * loader; a constant false removes the call before the verifier sees it). */
+const volatile bool cgskb_has_task = false;
 
 /* Run-time control, mmapped by user space (skel->bss). */
 struct magnet_probe_ctl probe_ctl[MAGNET_NPROBES];

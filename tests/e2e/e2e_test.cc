@@ -1,0 +1,601 @@
+// magnet end-to-end tests on real VMs (ctest label e2e). See docs/lab.md.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <sys/un.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "lab_fixture.h"
+
+#define REQUIRE_LAB()                                  \
+  do {                                                 \
+    ASSERT_NE(lab(), nullptr);                         \
+    ASSERT_TRUE(up_error().empty()) << up_error();     \
+  } while (0)
+
+extern char** environ;
+
+namespace magnet::e2e {
+namespace {
+namespace fs = std::filesystem;
+
+// Shell snippet (busybox ash) that prints the /dev path of the virtio-serial port named $1.
+const char* kFindPort =
+    "port_of() { for n in /sys/class/virtio-ports/*/name; do "
+    "[ \"$(cat $n)\" = \"$1\" ] && echo /dev/$(basename $(dirname $n)); done; }; ";
+
+std::string ReadFile(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// ==========================================================================================
+// Direct mode: libvirt on this machine, one TCG guest, guest network in a namespace.
+class DirectLab : public LabSuite {
+ protected:
+  static void SetUpTestSuite() { BringUp("direct", 1, 240); }
+  static void TearDownTestSuite() { TearDownLab(); }
+};
+
+TEST_F(DirectLab, GuestIsRunningUnderLibvirtWithTcg) {
+  REQUIRE_LAB();
+  std::string pid = Trim(ReadFile("/run/libvirt/qemu/g1.pid"));
+  ASSERT_FALSE(pid.empty()) << "no /run/libvirt/qemu/g1.pid";
+  std::string cmdline = ReadFile("/proc/" + pid + "/cmdline");
+  EXPECT_NE(cmdline.find("qemu-system-x86_64"), std::string::npos);
+  bool tcg_vcpu = false;
+  for (auto& t : fs::directory_iterator("/proc/" + pid + "/task"))
+    if (ReadFile(t.path().string() + "/comm").find("/TCG") != std::string::npos) tcg_vcpu = true;
+  EXPECT_TRUE(tcg_vcpu) << "no 'CPU n/TCG' thread in QEMU pid " << pid;
+  EXPECT_NE(lab()->Console("g1").find("MAGNET-READY name=g1"), std::string::npos);
+}
+
+TEST_F(DirectLab, ControlChannelReturnsOutputAndExitStatus) {
+  REQUIRE_LAB();
+  auto r = lab()->Run("g1", "echo out-$((6*7)); hostname; echo err >&2; exit 9", 30);
+  EXPECT_EQ(r.status, 9) << r.Describe();
+  EXPECT_EQ(r.out, "out-42\ng1\nerr\n") << r.Describe();
+}
+
+TEST_F(DirectLab, VirtioSerialMessageRoundTrip) {
+  REQUIRE_LAB();
+  // Guest side: wait (bounded) for one line on org.magnet.test.0 and answer "echo:<line>".
+  std::string guest_cmd = std::string(kFindPort) +
+                          "p=$(port_of org.magnet.test.0); [ -n \"$p\" ] || exit 3; "
+                          "timeout 30 sh -c 'exec 4<>'$p'; while ! read -r l <&4; do sleep 0.1; done; "
+                          "echo \"echo:$l\" >&4; sleep 1' >/dev/null 2>&1 & echo started";
+  auto g = lab()->Run("g1", guest_cmd, 20);
+  ASSERT_EQ(g.status, 0) << g.Describe();
+  // Host side: plain AF_UNIX client on the channel's socket.
+  std::string path = lab()->state_dir() + "/guests/g1/test.sock";
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0) << path << ": " << strerror(errno);
+  std::string msg = "ping-" + std::to_string(getpid()) + "\n";
+  ASSERT_EQ(write(fd, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));
+  std::string got;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (got.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 500) <= 0) continue;
+    char buf[256];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  EXPECT_EQ(got, "echo:" + msg) << "no/incorrect answer from the guest over virtio-serial";
+}
+
+// ==========================================================================================
+// Bad situations (direct mode, each with its own lab state): clear message, non-zero exit,
+// clean teardown.
+class LabFailures : public ::testing::Test {
+ protected:
+  static void ExpectTornDown(const Lab& lab) {
+    EXPECT_FALSE(fs::exists(lab.state_dir())) << "state dir left behind: " << lab.state_dir();
+    auto ns = RunProcess({"ip", "netns", "list"}, 10);
+    EXPECT_EQ(ns.out.find("magnetlab"), std::string::npos) << "netns left behind: " << ns.out;
+    auto virsh = RunProcess({"pgrep", "-x", "libvirtd"}, 10);
+    EXPECT_NE(virsh.status, 0) << "a libvirtd is still running: " << virsh.out;
+    EXPECT_FALSE(fs::exists("/run/libvirt/qemu/g1.pid"));
+  }
+};
+
+TEST_F(LabFailures, MissingImageInputIsNamed) {
+  Lab lab("direct", "/run/magnet-lab-e2e-missing",
+          {{"MAGNET_LAB_NO_BUILD", "1"}, {"MAGNET_LAB_GUEST_KERNEL", "/nonexistent/magnet-vmlinuz"}});
+  RegisterForEmergencyTeardown(lab);
+  lab.Down();
+  auto r = lab.Up(1, 120);
+  EXPECT_NE(r.status, 0) << r.Describe();
+  EXPECT_NE(r.err.find("missing image input"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.err.find("/nonexistent/magnet-vmlinuz"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.err.find("torn down"), std::string::npos) << r.Describe();
+  ExpectTornDown(lab);
+  UnregisterEmergencyTeardown(lab);
+}
+
+TEST_F(LabFailures, GuestThatNeverBecomesReadyFailsWithItsConsoleLog) {
+  // A bogus initrd: the kernel boots but never reaches the lab's /init.
+  std::string bogus = ArtifactDir("LabFailures.bogus") + "/bogus-initrd.img";
+  {
+    std::ofstream f(bogus, std::ios::binary);
+    for (int i = 0; i < 4096; ++i) f.put(static_cast<char>((i * 131 + 7) & 0xff));
+  }
+  std::string logs = ArtifactDir("LabFailures.GuestNeverReady-logs");
+  Lab lab("direct", "/run/magnet-lab-e2e-notready",
+          {{"MAGNET_LAB_GUEST_INITRD", bogus}, {"MAGNET_LAB_READY_TIMEOUT", "20"},
+           {"MAGNET_LAB_FAIL_LOGS", logs}});
+  RegisterForEmergencyTeardown(lab);
+  lab.Down();
+  auto r = lab.Up(1, 180);
+  EXPECT_NE(r.status, 0) << r.Describe();
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("g1( did not become ready within 20 s|: its QEMU process .* exited before becoming ready)")))
+      << r.Describe();
+  EXPECT_NE(r.err.find("console log: "), std::string::npos) << r.Describe();
+  EXPECT_NE(r.err.find("logs: " + logs), std::string::npos) << r.Describe();
+  EXPECT_TRUE(fs::exists(logs + "/g1/console.log")) << "console log not collected into " << logs;
+  EXPECT_TRUE(fs::exists(logs + "/libvirtd.log")) << "libvirtd log not collected into " << logs;
+  ExpectTornDown(lab);
+  UnregisterEmergencyTeardown(lab);
+}
+
+TEST_F(LabFailures, LibvirtdThatFailsToStartIsNamedWithItsLog) {
+  std::string logs = ArtifactDir("LabFailures.LibvirtdFails-logs");
+  Lab lab("direct", "/run/magnet-lab-e2e-nolibvirtd",
+          {{"MAGNET_LAB_LIBVIRTD", "/bin/false"}, {"MAGNET_LAB_FAIL_LOGS", logs}});
+  RegisterForEmergencyTeardown(lab);
+  lab.Down();
+  auto r = lab.Up(1, 120);
+  EXPECT_NE(r.status, 0) << r.Describe();
+  EXPECT_NE(r.err.find("libvirtd (/bin/false) failed to start; log: /run/magnet-lab-e2e-nolibvirtd/logs/libvirtd.log"),
+            std::string::npos)
+      << r.Describe();
+  EXPECT_NE(r.err.find("torn down"), std::string::npos) << r.Describe();
+  EXPECT_TRUE(fs::exists(logs + "/libvirtd.log")) << "libvirtd log not collected into " << logs;
+  ExpectTornDown(lab);
+  auto vl = RunProcess({"pgrep", "-x", "virtlogd"}, 10);
+  EXPECT_NE(vl.status, 0) << "virtlogd left running: " << vl.out;
+  UnregisterEmergencyTeardown(lab);
+}
+
+// Two labs at once: the second is refused with a clear message, tears down only what it created
+// (not the first lab's namespace or libvirtd), and the first keeps working.
+TEST_F(LabFailures, SecondDirectLabIsRefusedAndTheFirstSurvives) {
+  Lab first("direct", "/run/magnet-lab-e2e-first");
+  Lab second("direct", "/run/magnet-lab-e2e-second",
+             {{"MAGNET_LAB_FAIL_LOGS", ArtifactDir("LabFailures.second-up-logs")}});
+  RegisterForEmergencyTeardown(first);
+  RegisterForEmergencyTeardown(second);
+  struct Guard {
+    const Lab& a;
+    const Lab& b;
+    ~Guard() {
+      b.Down();
+      a.Down();
+      UnregisterEmergencyTeardown(a);
+      UnregisterEmergencyTeardown(b);
+    }
+  } guard{first, second};
+  first.Down();
+  second.Down();
+  auto up1 = first.Up(1, 240);
+  ASSERT_EQ(up1.status, 0) << up1.Describe();
+  auto up2 = second.Up(1, 120);
+  EXPECT_NE(up2.status, 0) << up2.Describe();
+  EXPECT_NE(up2.err.find("network namespace magnetlab already exists"), std::string::npos) << up2.Describe();
+  EXPECT_NE(up2.err.find("torn down"), std::string::npos) << up2.Describe();
+  EXPECT_FALSE(fs::exists(second.state_dir()));
+  auto alive = first.Run("g1", "echo alive; ping -c1 -W3 10.77.0.1 >/dev/null && echo net-ok", 30);
+  EXPECT_EQ(alive.out, "alive\nnet-ok\n") << alive.Describe();
+  auto down = first.Down();
+  EXPECT_EQ(down.status, 0) << down.Describe();
+  ExpectTornDown(first);
+}
+
+// Ctrl-C during 'tools/lab up' (after the guest was started) tears everything down.
+TEST_F(LabFailures, InterruptDuringUpTearsDown) {
+  Lab lab("direct", "/run/magnet-lab-e2e-interrupt");
+  RegisterForEmergencyTeardown(lab);
+  lab.Down();
+  std::vector<std::string> envs;
+  auto env = lab.Env();
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    if (!env.count(kv.substr(0, kv.find('=')))) envs.push_back(kv);
+  }
+  for (auto& [k, v] : env) envs.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string bash = "/bin/bash", script = SourceDir() + "/tools/lab", up = "up";
+  char* argv[] = {bash.data(), script.data(), up.data(), nullptr};
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execve(argv[0], argv, envp.data());
+    _exit(127);
+  }
+  // Wait (bounded) until the guest domain has been defined and started.
+  bool started = false;
+  for (int i = 0; i < 600 && !started; ++i) {
+    started = fs::exists(lab.state_dir() + "/guests/g1/defined") && fs::exists("/run/libvirt/qemu/g1.pid");
+    if (!started) usleep(100000);
+  }
+  EXPECT_TRUE(started) << "guest g1 was never started";
+  kill(pid, SIGINT);
+  int st = 0;
+  bool exited = false;
+  for (int i = 0; i < 1200 && !exited; ++i) {
+    exited = waitpid(pid, &st, WNOHANG) == pid;
+    if (!exited) usleep(100000);
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  }
+  ASSERT_TRUE(exited) << "'tools/lab up' did not exit within 120 s of SIGINT";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130) << "status " << st;
+  ExpectTornDown(lab);
+  lab.Down();
+  UnregisterEmergencyTeardown(lab);
+}
+
+// ==========================================================================================
+// Nested mode: lab host VM under TCG on this machine, two KVM guests inside it.
+class NestedLab : public LabSuite {
+ protected:
+  static void SetUpTestSuite() { BringUp("nested", 2, 700); }
+  static void TearDownTestSuite() { TearDownLab(); }
+  static std::string QemuPid(const std::string& g) {
+    return Trim(lab()->Run("labhost", "cat /run/libvirt/qemu/" + g + ".pid", 20).out);
+  }
+};
+
+TEST_F(NestedLab, GuestsRunUnderKvmWithVhostNetAndVhostVsock) {
+  REQUIRE_LAB();
+  for (std::string g : {"g1", "g2"}) {
+    std::string pid = QemuPid(g);
+    ASSERT_FALSE(pid.empty()) << "no QEMU pid for " << g;
+    auto r = lab()->Run("labhost",
+                        "p=" + pid + "; for t in /proc/$p/task/*; do cat $t/comm; done | grep -c '/KVM'; "
+                        "ls -l /proc/$p/fd | grep -c /dev/vhost-net; ls -l /proc/$p/fd | grep -c /dev/vhost-vsock; "
+                        "ps -o comm | grep -c \"^vhost-$p\\$\"",
+                        30);
+    auto l = SplitLines(r.out);
+    ASSERT_EQ(l.size(), 4u) << r.Describe();
+    EXPECT_GE(std::stoi(l[0]), 1) << g << ": no 'CPU n/KVM' vCPU thread";
+    EXPECT_GE(std::stoi(l[1]), 1) << g << ": QEMU has no /dev/vhost-net open";
+    EXPECT_GE(std::stoi(l[2]), 1) << g << ": QEMU has no /dev/vhost-vsock open";
+    EXPECT_GE(std::stoi(l[3]), 1) << g << ": no vhost-" << pid << " worker thread";
+  }
+}
+
+TEST_F(NestedLab, Iperf3BetweenEachGuestAndTheLabHostOverVhostNet) {
+  REQUIRE_LAB();
+  int port = 5301;
+  for (std::string g : {"g1", "g2"}) {
+    std::string pid = QemuPid(g);
+    // vhost worker CPU time before/after proves the traffic went through vhost-net.
+    std::string vhost_time =
+        "for t in $(ps -o pid,comm | awk '$2==\"vhost-" + pid + "\"{print $1}'); do "
+        "awk '{s+=$14+$15} END{print s}' /proc/$t/stat; done | awk '{s+=$1} END{print s+0}'";
+    auto before = lab()->Run("labhost", vhost_time, 20);
+    ASSERT_EQ(before.status, 0) << before.Describe();
+    auto srv = lab()->Run("labhost", "iperf3 -s -1 -D -p " + std::to_string(port) + " >/dev/null 2>&1; sleep 0.3", 20);
+    ASSERT_EQ(srv.status, 0) << srv.Describe();
+    auto c = lab()->Run(g, "iperf3 -c 10.77.0.1 -p " + std::to_string(port) + " -t 3 -f m", 60);
+    ASSERT_EQ(c.status, 0) << c.Describe();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(c.out, m, std::regex(R"(([0-9.]+) Mbits/sec\s+receiver)"))) << c.out;
+    double mbps = std::stod(m[1]);
+    std::cout << "[e2e] iperf3 " << g << " -> labhost: " << mbps << " Mbit/s\n";
+    EXPECT_GT(mbps, 5.0) << c.out;
+    auto after = lab()->Run("labhost", vhost_time, 20);
+    EXPECT_GT(std::stol(Trim(after.out)), std::stol(Trim(before.out)))
+        << g << ": vhost-" << pid << " threads used no CPU during iperf3";
+    ++port;
+  }
+}
+
+TEST_F(NestedLab, VsockRoundTripGuestToLabHostAndBack) {
+  REQUIRE_LAB();
+  const int port = 5500;
+  // Lab host (CID 2) answers each connection with "pong-<what it received>".
+  auto srv = lab()->Run("labhost",
+                        "printf '#!/bin/sh\\nread l; echo \"pong-$l\"\\n' >/tmp/vs-reply.sh; chmod +x /tmp/vs-reply.sh; "
+                        "(timeout 60 socat VSOCK-LISTEN:" + std::to_string(port) +
+                            ",reuseaddr,fork EXEC:/tmp/vs-reply.sh >/tmp/vs-listen.log 2>&1 &); sleep 0.5",
+                        20);
+  ASSERT_EQ(srv.status, 0) << srv.Describe();
+  for (std::string g : {"g1", "g2"}) {
+    auto r = lab()->Run(g, "echo ping-" + g + " | timeout 10 socat -T 5 - VSOCK-CONNECT:2:" + std::to_string(port), 30);
+    EXPECT_EQ(r.status, 0) << r.Describe();
+    EXPECT_EQ(r.out, "pong-ping-" + g + "\n") << r.Describe();
+  }
+  // And the other way: the lab host connects to g1's CID (3).
+  auto gl = lab()->Run("g1",
+                       "printf '#!/bin/sh\\nread l; echo \"guest-got-$l\"\\n' >/tmp/r.sh; chmod +x /tmp/r.sh; "
+                       "(timeout 30 socat VSOCK-LISTEN:5501,reuseaddr EXEC:/tmp/r.sh >/dev/null 2>&1 &); sleep 0.3",
+                       20);
+  ASSERT_EQ(gl.status, 0) << gl.Describe();
+  auto r = lab()->Run("labhost", "echo hello | timeout 10 socat -T 5 - VSOCK-CONNECT:3:5501", 30);
+  EXPECT_EQ(r.status, 0) << r.Describe();
+  EXPECT_EQ(r.out, "guest-got-hello\n") << r.Describe();
+}
+
+// kvm_exit attribution: g1 is kept busy (iperf3), g2 idles. Exits are counted per vCPU thread and
+// attributed to a guest through the QEMU pid libvirt reports (/run/libvirt/qemu/NAME.pid).
+struct ExitCounts {
+  std::map<std::string, long> by_tgid;               // tgid -> exits
+  std::map<std::string, std::set<std::string>> tids;  // tgid -> thread ids seen
+  std::map<std::string, std::string> vm_of_tgid;       // tgid -> vm column (magnet only)
+};
+
+void CheckAttribution(const ExitCounts& c, const std::string& pid1, const std::string& pid2, const std::string& method) {
+  ASSERT_TRUE(c.by_tgid.count(pid1)) << method << ": no kvm exit attributed to g1 (QEMU pid " << pid1 << ")";
+  ASSERT_TRUE(c.by_tgid.count(pid2)) << method << ": no kvm exit attributed to g2 (QEMU pid " << pid2 << ")";
+  long n1 = c.by_tgid.at(pid1), n2 = c.by_tgid.at(pid2);
+  std::cout << "[e2e] " << method << ": kvm exits g1(busy)=" << n1 << " g2(idle)=" << n2 << "\n";
+  EXPECT_GT(n1, n2) << method << ": the busy guest g1 should exit more often than idle g2";
+  for (auto& [tgid, n] : c.by_tgid)
+    EXPECT_TRUE(tgid == pid1 || tgid == pid2) << method << ": " << n << " exits from unexpected process " << tgid;
+}
+
+TEST_F(NestedLab, KvmExitsAreAttributedToTheRightGuestWithTracefs) {
+  REQUIRE_LAB();
+  std::string pid1 = QemuPid("g1"), pid2 = QemuPid("g2");
+  ASSERT_FALSE(pid1.empty());
+  ASSERT_FALSE(pid2.empty());
+  ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p 5401 >/dev/null 2>&1", 20).status, 0);
+  // Trace kvm_exit for ~4 s while g1 pushes traffic; then count per thread and map thread -> tgid.
+  std::string trace =
+      "T=/sys/kernel/tracing; echo 0 >$T/tracing_on; echo >$T/trace; echo 8192 >$T/buffer_size_kb; "
+      "echo 1 >$T/events/kvm/kvm_exit/enable; echo 1 >$T/tracing_on; "
+      "sleep 4; echo 0 >$T/tracing_on; echo 0 >$T/events/kvm/kvm_exit/enable; "
+      "grep kvm_exit $T/trace | sed -n 's/^ *.*-\\([0-9][0-9]*\\) *\\[[0-9]*\\].*/\\1/p' | sort | uniq -c | "
+      "while read n tid; do echo \"$(awk '/^Tgid:/{print $2}' /proc/$tid/status) $tid $n\"; done; echo >$T/trace";
+  std::string load = "(sleep 0.5; iperf3 -c 10.77.0.1 -p 5401 -t 3 >/dev/null 2>&1) &";
+  ASSERT_EQ(lab()->Run("g1", load, 10).status, 0);
+  auto r = lab()->Run("labhost", trace, 60);
+  ASSERT_EQ(r.status, 0) << r.Describe();
+  ExitCounts c;
+  for (auto& line : SplitLines(r.out)) {
+    std::istringstream in(line);
+    std::string tgid, tid;
+    long n = 0;
+    if (in >> tgid >> tid >> n) {
+      c.by_tgid[tgid] += n;
+      c.tids[tgid].insert(tid);
+    }
+  }
+  CheckAttribution(c, pid1, pid2, "tracefs");
+  // Each counted thread is a vCPU thread ("CPU n/KVM") of its QEMU.
+  for (auto& [tgid, tids] : c.tids)
+    for (auto& tid : tids) {
+      auto comm = lab()->Run("labhost", "cat /proc/" + tgid + "/task/" + tid + "/comm", 10);
+      EXPECT_NE(comm.out.find("/KVM"), std::string::npos) << "thread " << tid << " of " << tgid << ": " << comm.out;
+    }
+}
+
+TEST_F(NestedLab, KvmExitsAreAttributedToTheRightGuestWithMagnetRecord) {
+  REQUIRE_LAB();
+  // The project's CLI, built on this machine, reached in the lab host through the 9p share.
+  const std::string magnet = "/mnt/magnetbuild/host/magnet";
+#ifndef MAGNET_E2E_REQUIRE_HOST_CLI
+  if (!fs::exists(BuildDir() + "/host/magnet")) GTEST_SKIP() << "magnet CLI not built (no CMake target 'magnet')";
+#endif
+  ASSERT_TRUE(fs::exists(BuildDir() + "/host/magnet")) << "build the 'magnet' target first: " << BuildDir() << "/host/magnet";
+  std::string pid1 = QemuPid("g1"), pid2 = QemuPid("g2");
+  ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p 5402 >/dev/null 2>&1", 20).status, 0);
+  ASSERT_EQ(lab()->Run("g1", "(sleep 1; iperf3 -c 10.77.0.1 -p 5402 -t 3 >/dev/null 2>&1) &", 10).status, 0);
+  auto rec = lab()->Run("labhost", magnet + " record -q -o /tmp/e2e-kvm.trace --probes kvm.exit --duration 5", 90);
+  ASSERT_EQ(rec.status, 0) << rec.Describe();
+  // Aggregate in the lab host (the CSV can be large): header, then "tgid tid vm count" lines.
+  auto dump = lab()->Run("labhost",
+                         magnet + " dump /tmp/e2e-kvm.trace --format csv > /tmp/e2e-kvm.csv; rc=$?; head -n1 /tmp/e2e-kvm.csv; "
+                         "awk -F, 'NR>1 && $3 ~ /kvm/ {c[$5\" \"$6\" \"($4==\"\"?\"-\":$4)]++} END{for(k in c) print k, c[k]}' /tmp/e2e-kvm.csv; exit $rc",
+                         90);
+  ASSERT_EQ(dump.status, 0) << dump.Describe();
+  auto lines = SplitLines(dump.out);
+  ASSERT_FALSE(lines.empty()) << dump.Describe();
+  EXPECT_EQ(lines[0].rfind("ts_ns,cpu,event,vm,tgid,tid,abstract_id,size", 0), 0u) << "CSV header: " << lines[0];
+  ExitCounts c;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::istringstream in(lines[i]);
+    std::string tgid, tid, vm;
+    long n = 0;
+    if (in >> tgid >> tid >> vm >> n) {
+      c.by_tgid[tgid] += n;
+      c.tids[tgid].insert(tid);
+      c.vm_of_tgid[tgid] = vm;
+    }
+  }
+  CheckAttribution(c, pid1, pid2, "magnet record");
+  std::cout << "[e2e] magnet vm column: g1 pid " << pid1 << " -> '" << c.vm_of_tgid[pid1] << "', g2 pid " << pid2
+            << " -> '" << c.vm_of_tgid[pid2] << "'\n";
+}
+
+TEST_F(NestedLab, VsockCidAlreadyTakenIsReportedClearly) {
+  REQUIRE_LAB();
+  // A third domain asking for g1's CID (3) must fail to start with a clear message and leave
+  // nothing behind.
+  auto r = lab()->Run("labhost",
+                      "MAGNET_LAB_CID_BASE=3 bash -c 'source /mnt/magnetsrc/tools/lab.d/lab-lib.sh; "
+                      "lab_guest_start gdup 1' 2>&1; rc=$?; "
+                      "virsh -q undefine gdup >/dev/null 2>&1; rm -rf /run/magnet-lab/guests/gdup; exit $rc",
+                      60);
+  EXPECT_NE(r.status, 0) << r.Describe();
+  EXPECT_NE(r.out.find("virsh start gdup failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Address already in use"), std::string::npos) << r.out;
+  // g1 is unaffected.
+  auto ok = lab()->Run("g1", "echo still-here", 20);
+  EXPECT_EQ(ok.out, "still-here\n") << ok.Describe();
+}
+
+// ---- capture core on a kernel with fentry and kprobes (the lab host's 6.1) ----
+
+// Counts, per event, the records of UDP traffic to @port in a trace in the lab host.
+std::map<std::string, long> CountLayerEvents(const Lab& lab, const std::string& magnet,
+                                             const std::string& trace, int port) {
+  auto r = lab.Run("labhost",
+                   magnet + " dump " + trace + " --format csv | awk -F, -v p=" +
+                       std::to_string(port) +
+                       " 'NR==1{for(i=1;i<=NF;i++) c[$i]=i; next} $c[\"dport\"]==p || "
+                       "$c[\"sport\"]==p {n[$3]++} END{for(e in n) print e, n[e]}'",
+                   120);
+  std::map<std::string, long> out;
+  for (auto& line : SplitLines(r.out)) {
+    std::istringstream in(line);
+    std::string e;
+    long n = 0;
+    if (in >> e >> n) out[e] = n;
+  }
+  return out;
+}
+
+TEST_F(NestedLab, CaptureAttachesThroughFentryAndKprobeOnTheLabHostKernel) {
+  REQUIRE_LAB();
+  const std::string magnet = "/mnt/magnetbuild/host/magnet";
+  auto probes = lab()->Run("labhost", magnet + " probes --json", 60);
+  ASSERT_EQ(probes.status, 0) << probes.Describe();
+  // 6.1 has no sock_send_length tracepoint and no BPF netfilter hooks.
+  EXPECT_NE(probes.out.find("\"probe\":\"net.sock.send\",\"id\":256,\"layer\":\"socket\""),
+            std::string::npos);
+  EXPECT_NE(probes.out.find("\"attach\":\"fentry\""), std::string::npos) << probes.out;
+  for (std::string deny : {"", "fentry"}) {
+    SCOPED_TRACE("MAGNET_DENY_METHODS=" + deny);
+    const int port = deny.empty() ? 5403 : 5404;
+    auto listed = lab()->Run("labhost", "MAGNET_DENY_METHODS=" + deny + " " + magnet + " probes", 60);
+    std::regex l4(R"(net\.l4\.send\s+\S+\s+(\S+))");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(listed.out, m, l4)) << listed.out;
+    EXPECT_EQ(m[1].str(), deny.empty() ? "fentry" : "kprobe") << listed.out;
+    ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p " + std::to_string(port) + " >/dev/null 2>&1", 20).status, 0);
+    ASSERT_EQ(lab()->Run("g1", "(sleep 2; iperf3 -c 10.77.0.1 -p " + std::to_string(port) +
+                                   " -u -b 2M -l 1000 -t 2 >/dev/null 2>&1) &", 10).status, 0);
+    auto rec = lab()->Run("labhost", "MAGNET_DENY_METHODS=" + deny + " " + magnet +
+                                         " record -q -o /tmp/fb.trace --probes net --duration 7", 90);
+    ASSERT_EQ(rec.status, 0) << rec.Describe();
+    auto n = CountLayerEvents(*lab(), magnet, "/tmp/fb.trace", port);
+    // Guest -> lab host: received at every layer of the lab host's stack.
+    for (const char* e : {"net.dev.recv", "net.ip.recv", "net.l4.recv", "net.sock.recv"})
+      EXPECT_GT(n[e], 100) << e << " (fentry/kprobe programs passed the 6.1 verifier and fire)";
+  }
+}
+
+// The largest flow of a view in a `magnet views --vm` reply: its average
+// bandwidth (bytes/s at the tap) over the flow's lifetime.  Also checks that
+// every instance in the reply is VM @vm's.
+double FlowBytesPerSecond(const std::string& reply, const std::string& view, int vm) {
+  auto a = nlohmann::json::parse(reply);
+  double bps = -1;
+  for (const auto& v : a) {
+    EXPECT_EQ(v.at("vm").get<int>(), vm) << "an instance of another VM in this VM's views";
+    if (v.at("view") != view) continue;
+    for (const auto& g : v.at("groups"))
+      if (g.at("by") == "connection" && !g.at("rows").empty())
+        bps = g.at("rows")[0].at("bandwidth_bps").get<double>();
+  }
+  return bps;
+}
+
+// iperf3 -s -J: what the server received over the whole test (UDP).
+double IperfReceivedBitsPerSecond(const std::string& json) {
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.contains("end")) return -1;
+  return j["end"]["sum_received"]["bits_per_second"].get<double>();  // 3.12: UDP receiver side
+}
+
+// ---- VM awareness: two KVM guests, two rates, two CPU loads ----
+
+TEST_F(NestedLab, PerVmViewsMatchIperf3AndKeepEachVmToItself) {
+  REQUIRE_LAB();
+  const std::string magnet = "/mnt/magnetbuild/host/magnet";
+  ASSERT_EQ(lab()->Run("labhost", "(" + magnet + " host --socket /tmp/h.sock --duration 150 "
+                                      ">/tmp/host.log 2>&1 &)", 20).status, 0);
+  std::string top;
+  for (int i = 0; i < 40 && top.find("\"name\":\"g2\"") == std::string::npos; ++i) {
+    top = lab()->Run("labhost", "sleep 0.5; " + magnet + " top --socket /tmp/h.sock --json --count 1", 30).out;
+  }
+  ASSERT_NE(top.find("\"name\":\"g1\""), std::string::npos) << top << lab()->Run("labhost", "cat /tmp/host.log", 10).out;
+  ASSERT_NE(top.find("\"name\":\"g2\""), std::string::npos) << top;
+  // Phase 1: only g2 burns CPU, g1 idles.  The daemon's figures cover the
+  // last full second, so sample well inside the phase.
+  ASSERT_EQ(lab()->Run("g2", "(timeout 5 sh -c 'while :; do :; done' &) ", 10).status, 0);
+  sleep(3);
+  auto mid = lab()->Run("labhost", magnet + " top --socket /tmp/h.sock --json --count 1", 30);
+  sleep(3);
+  // Phase 2: different rates from the two guests.
+  ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p 5501 -J --logfile /tmp/i1.json; "
+                                  "iperf3 -s -1 -D -p 5502 -J --logfile /tmp/i2.json", 20).status, 0);
+  ASSERT_EQ(lab()->Run("g1", "(sleep 1; iperf3 -c 10.77.0.1 -p 5501 -u -b 10M -l 1400 -t 5 >/dev/null 2>&1) &", 10).status, 0);
+  ASSERT_EQ(lab()->Run("g2", "(sleep 1; iperf3 -c 10.77.0.1 -p 5502 -u -b 25M -l 1400 -t 5 >/dev/null 2>&1) &", 10).status, 0);
+  sleep(9);
+  std::map<std::string, std::string> vmid;
+  for (std::string g : {"g1", "g2"}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(top, m, std::regex("\\{\"vm\":(\\d+),\"name\":\"" + g + "\"")));
+    vmid[g] = m[1];
+  }
+  for (auto [g, port, file] : {std::tuple{"g1", 5501, "/tmp/i1.json"}, {"g2", 5502, "/tmp/i2.json"}}) {
+    SCOPED_TRACE(g);
+    // The server writes its summary when the test ends; nested guests start late under load.
+    std::string ij;
+    double iperf_bps = -1;
+    for (int i = 0; i < 30 && iperf_bps < 0; ++i) {
+      if (i) sleep(1);
+      ij = lab()->Run("labhost", std::string("cat ") + file, 20).out;
+      iperf_bps = IperfReceivedBitsPerSecond(ij);
+    }
+    ASSERT_GT(iperf_bps, 1e5) << ij.substr(0, 1500);
+    auto v = lab()->Run("labhost", magnet + " views --vm " + g + " --socket /tmp/h.sock", 30).out;
+    double flow = FlowBytesPerSecond(v, "guest-tx", std::stoi(vmid[g]));
+    ASSERT_GT(flow, 0) << v.substr(0, 1500);
+    double view_bps = flow * 8 * 1400.0 / 1428.0;
+    EXPECT_NEAR(view_bps / iperf_bps, 1.0, 0.05)
+        << g << ": view " << view_bps / 1e6 << " Mbit/s, iperf3 " << iperf_bps / 1e6 << " Mbit/s";
+    std::printf("[e2e] %s guest-tx flow: view %.3f Mbit/s, iperf3 %.3f Mbit/s\n", g, view_bps / 1e6,
+                iperf_bps / 1e6);
+    RecordProperty(std::string(g) + "_iperf3_mbps", std::to_string(iperf_bps / 1e6));
+    RecordProperty(std::string(g) + "_view_mbps", std::to_string(view_bps / 1e6));
+  }
+  // Exits and vCPU time are each VM's own: the busy g2 never halts, the idle
+  // g1 mostly does; every vCPU's run + wait + halt covers the second.
+  auto top_j = nlohmann::json::parse(mid.out);
+  std::map<std::string, nlohmann::json> row;
+  for (const auto& vm : top_j.at("vms")) row[vm.at("name")] = vm;
+  ASSERT_TRUE(row.count("g1") && row.count("g2")) << mid.out;
+  for (const auto& [g, r] : row) {
+    EXPECT_EQ(r.at("vcpus").get<int>(), 1) << g;
+    EXPECT_GT(r.at("exits_per_s").get<double>(), 0) << g << " " << mid.out;
+    double sum = r.at("vcpu_run").get<double>() + r.at("vcpu_wait").get<double>() +
+                 r.at("vcpu_halt").get<double>();
+    EXPECT_NEAR(sum, 1.0, 0.2) << g << ": run+wait+halt of one vCPU over one second. " << mid.out;
+  }
+  EXPECT_LT(row["g2"].at("vcpu_halt").get<double>(), 0.2) << "g2 burns CPU. " << mid.out;
+  EXPECT_GT(row["g1"].at("vcpu_halt").get<double>(), row["g2"].at("vcpu_halt").get<double>() + 0.3)
+      << "g1 idles. " << mid.out;
+  std::printf("[e2e] vCPU while only g2 burns: %s\n", mid.out.c_str());
+  lab()->Run("labhost", "kill $(pidof magnet) 2>/dev/null; true", 10);
+}
+
+}  // namespace
+}  // namespace magnet::e2e

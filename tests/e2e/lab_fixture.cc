@@ -1,0 +1,352 @@
+#include "lab_fixture.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+#ifndef MAGNET_E2E_SOURCE_DIR
+#error "MAGNET_E2E_SOURCE_DIR must be defined by tests/e2e/CMakeLists.txt"
+#endif
+#ifndef MAGNET_E2E_BUILD_DIR
+#error "MAGNET_E2E_BUILD_DIR must be defined by tests/e2e/CMakeLists.txt"
+#endif
+
+extern char** environ;
+
+namespace magnet::e2e {
+namespace fs = std::filesystem;
+
+// Children must not inherit a blocked/ignored SIGTERM/SIGINT (e.g. when forked from a signal
+// handler): the lab scripts end their own helpers with SIGTERM. Async-signal-safe.
+static void ResetSignalsForChild() {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);
+}
+
+std::string ProcResult::Describe() const {
+  std::ostringstream o;
+  o << "exit status " << status << (timed_out ? " (timed out)" : "") << " after " << seconds
+    << " s\n--- stderr ---\n" << err << "\n--- stdout ---\n" << out;
+  return o.str();
+}
+
+ProcResult RunProcess(const std::vector<std::string>& argv, int timeout_s,
+                      const std::map<std::string, std::string>& env, int grace_s) {
+  ProcResult r;
+  auto t0 = std::chrono::steady_clock::now();
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    r.err = std::string("pipe: ") + strerror(errno);
+    return r;
+  }
+  // Everything the child needs is prepared before fork.
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    auto name = kv.substr(0, kv.find('='));
+    if (!env.count(name)) envs.push_back(kv);
+  }
+  for (auto& [k, v] : env) envs.push_back(k + "=" + v);
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    r.err = std::string("fork: ") + strerror(errno);
+    return r;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    ResetSignalsForChild();
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    execvpe(cargv[0], cargv.data(), cenv.data());
+    dprintf(2, "exec %s: %s\n", cargv[0], strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  auto deadline = t0 + std::chrono::seconds(timeout_s);
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  bool killed = false;
+  while (open_fds > 0) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline && !killed) {
+      r.timed_out = true;
+      killed = true;
+      kill(-pid, SIGTERM);
+      deadline = now + std::chrono::seconds(grace_s);
+    } else if (now >= deadline && killed) {
+      kill(-pid, SIGKILL);
+      break;
+    }
+    int ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count());
+    int n = poll(fds, 2, std::max(ms, 1));
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[8192];
+      ssize_t got = read(fds[i].fd, buf, sizeof buf);
+      if (got > 0) {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(got));
+      } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) close(f.fd);
+  int st = 0;
+  if (killed) {
+    // Bounded wait for the child itself.
+    for (int i = 0; i < 20 && waitpid(pid, &st, WNOHANG) == 0; ++i) usleep(100000);
+    if (waitpid(pid, &st, WNOHANG) == 0) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &st, 0);
+    }
+  } else {
+    waitpid(pid, &st, 0);
+  }
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::string SourceDir() { return MAGNET_E2E_SOURCE_DIR; }
+std::string BuildDir() {
+  const char* b = getenv("MAGNET_BUILD_DIR");
+  return b && *b ? b : MAGNET_E2E_BUILD_DIR;
+}
+
+std::string ArtifactDir(const std::string& name) {
+  const char* base = getenv("MAGNET_E2E_ARTIFACTS");
+  fs::path p = fs::path(base && *base ? base : BuildDir() + "/e2e-artifacts") / name;
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::vector<std::string> SplitLines(const std::string& s) {
+  std::vector<std::string> v;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+std::string Trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+// ------------------------------------------------------------------------------------------
+Lab::Lab(std::string mode, std::string state_dir, std::map<std::string, std::string> env)
+    : mode_(std::move(mode)), state_dir_(std::move(state_dir)), env_(std::move(env)) {}
+
+std::map<std::string, std::string> Lab::Env() const {
+  std::map<std::string, std::string> e = env_;
+  e["MAGNET_LAB_MODE"] = mode_;
+  e["MAGNET_LAB_STATE"] = state_dir_;
+  e["MAGNET_BUILD_DIR"] = BuildDir();
+  if (!e.count("MAGNET_LAB_FAIL_LOGS")) e["MAGNET_LAB_FAIL_LOGS"] = ArtifactDir("lab-up-failed-" + mode_);
+  return e;
+}
+
+ProcResult Lab::Lab_(const std::vector<std::string>& args, int timeout_s) const {
+  std::vector<std::string> argv = {"bash", SourceDir() + "/tools/lab"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProcess(argv, timeout_s, Env());
+}
+
+ProcResult Lab::Up(int guests, int timeout_s) const {
+  // Generous grace: on timeout 'tools/lab up' gets SIGTERM and tears the lab down itself.
+  std::vector<std::string> argv = {"bash", SourceDir() + "/tools/lab", "up", std::to_string(guests)};
+  return RunProcess(argv, timeout_s, Env(), 120);
+}
+
+ProcResult Lab::Down() const { return Lab_({"down"}, 180); }
+
+ProcResult Lab::Run(const std::string& guest, const std::string& cmd, int timeout_s) const {
+  return Lab_({"run-timeout", guest, std::to_string(timeout_s), cmd}, timeout_s + 60);
+}
+
+std::string Lab::CollectLogs(const std::string& dest) const {
+  Lab_({"logs", dest}, 120);
+  return dest;
+}
+
+std::string Lab::Console(const std::string& guest) const {
+  if (guest == "labhost") {
+    std::ifstream f(state_dir_ + "/labhost/console.log");
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  if (mode_ == "nested") {
+    return Run("labhost", "cat /run/magnet-lab/guests/" + guest + "/console.log", 10).out;
+  }
+  std::ifstream f(state_dir_ + "/guests/" + guest + "/console.log");
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// ------------------------------------------------------------------------------------------
+// Emergency teardown: argv/envp prepared in advance so the signal handler only forks/execs.
+namespace {
+struct Prepared {
+  std::string state;
+  std::vector<std::string> args, envs;
+  std::vector<char*> argv, envp;
+};
+std::mutex g_mu;
+std::vector<Prepared*> g_labs;
+bool g_handlers_installed = false;
+
+void TeardownAll() {
+  for (Prepared* p : g_labs) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      ResetSignalsForChild();
+      int devnull = open("/dev/null", O_RDONLY);
+      dup2(devnull, 0);
+      execve("/bin/bash", p->argv.data(), p->envp.data());
+      _exit(127);
+    }
+    if (pid > 0) {
+      int st;
+      waitpid(pid, &st, 0);
+    }
+  }
+}
+
+void OnSignal(int sig) {
+  const char msg[] = "\n[e2e] interrupted: tearing the lab down\n";
+  ssize_t ignored = write(2, msg, sizeof msg - 1);
+  (void)ignored;
+  TeardownAll();
+  _exit(128 + sig);
+}
+
+void AtExit() {
+  std::lock_guard<std::mutex> l(g_mu);
+  TeardownAll();
+}
+}  // namespace
+
+void RegisterForEmergencyTeardown(const Lab& lab) {
+  std::lock_guard<std::mutex> l(g_mu);
+  auto* p = new Prepared;
+  p->state = lab.state_dir();
+  p->args = {"bash", SourceDir() + "/tools/lab", "down"};
+  auto env = lab.Env();
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    if (!env.count(kv.substr(0, kv.find('=')))) p->envs.push_back(kv);
+  }
+  for (auto& [k, v] : env) p->envs.push_back(k + "=" + v);
+  for (auto& a : p->args) p->argv.push_back(const_cast<char*>(a.c_str()));
+  p->argv.push_back(nullptr);
+  for (auto& e : p->envs) p->envp.push_back(const_cast<char*>(e.c_str()));
+  p->envp.push_back(nullptr);
+  g_labs.push_back(p);
+  if (!g_handlers_installed) {
+    g_handlers_installed = true;
+    struct sigaction sa {};
+    sa.sa_handler = OnSignal;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGHUP, &sa, nullptr);
+    std::atexit(AtExit);
+  }
+}
+
+void UnregisterEmergencyTeardown(const Lab& lab) {
+  std::lock_guard<std::mutex> l(g_mu);
+  g_labs.erase(std::remove_if(g_labs.begin(), g_labs.end(),
+                              [&](Prepared* p) {
+                                if (p->state != lab.state_dir()) return false;
+                                delete p;
+                                return true;
+                              }),
+               g_labs.end());
+}
+
+// ------------------------------------------------------------------------------------------
+Lab* LabSuite::lab_ = nullptr;
+std::string LabSuite::up_error_;
+std::vector<std::string> LabSuite::guests_;
+
+void LabSuite::BringUp(const std::string& mode, int guests, int timeout_s) {
+  up_error_.clear();
+  guests_.clear();
+  for (int i = 1; i <= guests; ++i) guests_.push_back("g" + std::to_string(i));
+  lab_ = new Lab(mode, "/run/magnet-lab-e2e-" + mode);
+  RegisterForEmergencyTeardown(*lab_);
+  lab_->Down();  // leftovers of a killed run
+  auto r = lab_->Up(guests, timeout_s);
+  std::cout << "[e2e] lab up (" << mode << ", " << guests << " guests): exit " << r.status
+            << " in " << r.seconds << " s\n"
+            << r.err << std::flush;
+  if (r.status != 0) up_error_ = "tools/lab up failed in " + mode + " mode: " + r.Describe();
+}
+
+void LabSuite::TearDownLab() {
+  if (!lab_) return;
+  auto r = lab_->Down();
+  std::cout << "[e2e] lab down: exit " << r.status << " in " << r.seconds << " s\n" << std::flush;
+  UnregisterEmergencyTeardown(*lab_);
+  delete lab_;
+  lab_ = nullptr;
+}
+
+void LabSuite::TearDown() {
+  if (!HasFailure() || !lab_) return;
+  if (!up_error_.empty()) {
+    // 'tools/lab up' already collected the logs and tore the lab down.
+    std::cout << "[e2e] lab did not come up; its logs: " << lab_->Env()["MAGNET_LAB_FAIL_LOGS"] << "\n";
+    return;
+  }
+  auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string dest = ArtifactDir(std::string(info->test_suite_name()) + "." + info->name());
+  lab_->CollectLogs(dest);
+  std::vector<std::string> who = guests_;
+  if (lab_->mode() == "nested") who.insert(who.begin(), "labhost");
+  for (auto& g : who) {
+    auto lines = SplitLines(lab_->Console(g));
+    size_t from = lines.size() > 40 ? lines.size() - 40 : 0;
+    std::cout << "----- console of " << g << " (last " << lines.size() - from << " lines) -----\n";
+    for (size_t i = from; i < lines.size(); ++i) std::cout << lines[i] << "\n";
+  }
+  std::cout << "[e2e] logs of the failed test: " << dest << "\n" << std::flush;
+}
+
+}  // namespace magnet::e2e

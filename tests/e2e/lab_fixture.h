@@ -1,0 +1,83 @@
+// magnet e2e lab fixture: drives tools/lab (tools/lab.d/lab-lib.sh) from GoogleTest.
+// A lab (direct: libvirt + TCG guests in a network namespace on this machine; nested: a TCG lab
+// host VM running libvirt + KVM guests) is brought up once per test suite and always torn down:
+// after the suite, at exit, on SIGINT/SIGTERM, and before bring-up (leftovers of a killed run).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace magnet::e2e {
+
+struct ProcResult {
+  int status = -1;         // exit status, 128+signal when killed, -1 when it could not start
+  bool timed_out = false;  // killed because the timeout passed
+  std::string out;         // stdout
+  std::string err;         // stderr
+  double seconds = 0;      // wall time
+  std::string Describe() const;  // status + stderr, for assertion messages
+};
+
+// Runs argv (argv[0] looked up in PATH) with extra environment variables, stdin from /dev/null,
+// capturing stdout/stderr; kills its process group after timeout_s seconds.
+// On timeout the group gets SIGTERM, then SIGKILL after grace_s seconds.
+ProcResult RunProcess(const std::vector<std::string>& argv, int timeout_s,
+                      const std::map<std::string, std::string>& env = {}, int grace_s = 5);
+
+std::string SourceDir();  // repository root
+std::string BuildDir();   // CMake binary dir (images under BuildDir()/vm-images)
+std::string ArtifactDir(const std::string& name);  // per-test output dir, created
+
+// One lab instance, addressed through tools/lab with its own state directory.
+class Lab {
+ public:
+  Lab(std::string mode, std::string state_dir, std::map<std::string, std::string> env = {});
+  const std::string& mode() const { return mode_; }
+  const std::string& state_dir() const { return state_dir_; }
+  std::map<std::string, std::string> Env() const;
+
+  ProcResult Lab_(const std::vector<std::string>& args, int timeout_s) const;  // tools/lab ARGS
+  ProcResult Up(int guests, int timeout_s) const;
+  ProcResult Down() const;
+  // Runs CMD (a /bin/sh command line) in GUEST ("g1", "g2", or "labhost" in nested mode).
+  ProcResult Run(const std::string& guest, const std::string& cmd, int timeout_s = 60) const;
+  // Copies consoles and libvirt/QEMU logs into dest; returns the directory.
+  std::string CollectLogs(const std::string& dest) const;
+  // Console log of a guest: direct mode reads the file, nested mode asks the lab host.
+  std::string Console(const std::string& guest) const;
+
+ private:
+  std::string mode_;
+  std::string state_dir_;
+  std::map<std::string, std::string> env_;
+};
+
+// Registers a lab for teardown at exit and on SIGINT/SIGTERM.
+void RegisterForEmergencyTeardown(const Lab& lab);
+void UnregisterEmergencyTeardown(const Lab& lab);
+
+// Base fixture: one lab per suite. Derived suites set the mode and guest count through
+// static members before SetUpTestSuite (see e2e_test.cc). On a failed test the logs and the
+// guest consoles are copied to ArtifactDir(<suite>.<test>) and the console tails printed.
+class LabSuite : public ::testing::Test {
+ protected:
+  static void BringUp(const std::string& mode, int guests, int timeout_s);
+  static void TearDownLab();
+  void TearDown() override;
+  static Lab* lab() { return lab_; }
+  static const std::string& up_error() { return up_error_; }
+
+  static Lab* lab_;
+  static std::string up_error_;
+  static std::vector<std::string> guests_;
+};
+
+// Small helpers for test bodies.
+std::vector<std::string> SplitLines(const std::string& s);
+std::string Trim(const std::string& s);
+
+}  // namespace magnet::e2e

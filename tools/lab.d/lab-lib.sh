@@ -1,0 +1,600 @@
+#!/bin/bash
+# magnet lab library: shared by tools/lab (people), tests/e2e (GoogleTest fixture) and, inside the
+# nested lab host, by itself (reached there through the read-only 9p share of the repository).
+# Source it and call lab_main ARGS..., or call the lab_* functions directly.
+#
+# Environment:
+#   MAGNET_LAB_MODE      direct | nested (default: auto, see lab_detect_mode)
+#   MAGNET_BUILD_DIR     build tree (default <repo>/build); images live in $MAGNET_BUILD_DIR/vm-images
+#   MAGNET_LAB_STATE     state/log directory (default /run/magnet-lab)
+#   MAGNET_LAB_GUESTS    number of guests for 'up' (default 2 nested, 1 direct)
+#   MAGNET_LAB_READY_TIMEOUT  seconds to wait for each VM's readiness (default 60 direct, 90 nested)
+#   MAGNET_LAB_GUEST_KERNEL / MAGNET_LAB_GUEST_INITRD  override the guest image files
+#   MAGNET_LAB_CID_BASE  vsock CID of guest 1 (default 3; guest N gets base+N-1)
+#   MAGNET_LAB_NO_BUILD=1  do not (re)build images, use what is there
+#   MAGNET_LAB_LIBVIRTD  libvirtd binary (default: libvirtd from PATH)
+set -euo pipefail
+
+LAB_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LAB_REPO="$(cd "$LAB_LIB_DIR/../.." && pwd)"
+LAB_STATE="${MAGNET_LAB_STATE:-/run/magnet-lab}"
+LAB_NETNS=magnetlab
+LAB_BRIDGE=magbr0
+LAB_NET_PREFIX=10.77.0
+LAB_CTL_NAME=org.magnet.ctl.0
+
+lab_log() { printf '[lab] %s\n' "$*" >&2; }
+lab_err() { printf '[lab] ERROR: %s\n' "$*" >&2; }
+lab_die() { lab_err "$*"; exit 1; }
+
+lab_inside_labhost() { grep -qw 'magnet.role=labhost' /proc/cmdline 2>/dev/null; }
+
+lab_build_dir() { echo "${MAGNET_BUILD_DIR:-$LAB_REPO/build}"; }
+lab_images_dir() { echo "$(lab_build_dir)/vm-images"; }
+
+# Mode: inside the lab host -> local (libvirt here, KVM). Otherwise MAGNET_LAB_MODE, else
+# direct when this machine offers KVM and vhost-net, else nested.
+lab_detect_mode() {
+  if lab_inside_labhost; then echo local; return; fi
+  case "${MAGNET_LAB_MODE:-auto}" in
+    direct|nested) echo "$MAGNET_LAB_MODE" ;;
+    auto) if [[ -c /dev/vhost-net && -c /dev/kvm && "${MAGNET_LAB_KVM_WORKS:-0}" == 1 ]]; then echo direct; else echo nested; fi ;;
+    *) lab_die "MAGNET_LAB_MODE must be direct or nested (got '$MAGNET_LAB_MODE')" ;;
+  esac
+}
+
+lab_now() { date +%s; }
+
+# ---------------------------------------------------------------------------------------------
+# Control channel client (protocol: vm-images/common/magnet-ctl).
+# lab_ctl_exec SOCK TIMEOUT CMD: run CMD in the VM, print its output, return its exit status.
+# Returns 124 (and prints an error) when no answer arrives in TIMEOUT+10 s.
+lab_ctl_exec() {
+  # A request garbled on the wire (rc 253 from magnet-ctl: it did not run) is sent once more.
+  local rc=0
+  lab_ctl_exec_once "$@" || rc=$?
+  if (( rc == 253 )); then
+    lab_log "control channel $1: request arrived garbled, sending it again"
+    rc=0
+    lab_ctl_exec_once "$@" || rc=$?
+  fi
+  return "$rc"
+}
+
+lab_ctl_exec_once() {
+  local sock="$1" to="$2" cmd="$3" id b64 line out="" rc="" state=wait deadline remaining eof=0
+  [[ -S "$sock" ]] || { lab_err "control socket $sock does not exist"; return 125; }
+  id="$$-$RANDOM$RANDOM"
+  b64="$(printf '%s' "$cmd" | base64 -w0)"
+  coproc LAB_CTL { exec socat -t 2 - "UNIX-CONNECT:$sock" 2>/dev/null; }
+  local cpid=$LAB_CTL_PID rfd=${LAB_CTL[0]} wfd=${LAB_CTL[1]}
+  { printf 'RUN %s %s %s\n' "$id" "$to" "$b64" 1>&"$wfd"; } 2>/dev/null || true
+  deadline=$(( $(lab_now) + to + 10 ))
+  while :; do
+    remaining=$(( deadline - $(lab_now) ))
+    (( remaining > 0 )) || break
+    if IFS= read -r -t "$remaining" line <&"$rfd"; then
+      case "$line" in
+        "@@MAGNET-OUT $id") state=out ;;
+        "@@MAGNET-RC $id "*) rc="${line##* }"; break ;;
+        *) [[ "$state" == out ]] && out+="$line" ;;
+      esac
+    else
+      (( $? > 128 )) && continue
+      eof=1
+      break
+    fi
+  done
+  kill "$cpid" 2>/dev/null || true
+  wait "$cpid" 2>/dev/null || true
+  if [[ -z "$rc" ]]; then
+    if (( eof )); then
+      lab_err "control channel $sock closed before the command finished (VM gone?)"
+    else
+      lab_err "no answer on control channel $sock within $((to + 10)) s"
+    fi
+    return 124
+  fi
+  [[ -n "$out" ]] && printf '%s' "$out" | base64 -d
+  return "$rc"
+}
+
+# lab_ctl_ping SOCK: 0 when the control loop answers within 3 s.
+lab_ctl_ping() {
+  local sock="$1" id line ok=1
+  [[ -S "$sock" ]] || return 1
+  id="p$$-$RANDOM"
+  coproc LAB_PING { exec socat -t 1 - "UNIX-CONNECT:$sock" 2>/dev/null; }
+  local cpid=$LAB_PING_PID rfd=${LAB_PING[0]} wfd=${LAB_PING[1]}
+  { printf 'PING %s\n' "$id" 1>&"$wfd"; } 2>/dev/null || true
+  while IFS= read -r -t 3 line <&"$rfd"; do
+    if [[ "$line" == "@@MAGNET-PONG $id" ]]; then ok=0; break; fi
+  done
+  kill "$cpid" 2>/dev/null || true
+  wait "$cpid" 2>/dev/null || true
+  return $ok
+}
+
+# lab_wait_ready NAME CONSOLE_LOG CTL_SOCK TIMEOUT [PID]: wait for the readiness line on the
+# console and an answer on the control channel. PID (optional): fail early when it dies.
+lab_wait_ready() {
+  local name="$1" log="$2" sock="$3" to="$4" pid="${5:-}" t0 deadline
+  t0=$(lab_now); deadline=$(( t0 + to ))
+  while (( $(lab_now) < deadline )); do
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+      lab_err "$name: its QEMU process (pid $pid) exited before becoming ready; console log: $log"
+      lab_console_tail "$log"
+      return 1
+    fi
+    if [[ -f "$log" ]] && grep -q "MAGNET-READY" "$log" 2>/dev/null && lab_ctl_ping "$sock"; then
+      lab_log "$name ready after $(( $(lab_now) - t0 )) s: $(grep -a -o 'MAGNET-READY.*' "$log" | head -n1 | tr -d '\r')"
+      return 0
+    fi
+    sleep 0.5
+  done
+  lab_err "$name did not become ready within $to s; console log: $log"
+  lab_console_tail "$log"
+  return 1
+}
+
+lab_console_tail() {
+  [[ -f "$1" ]] || return 0
+  lab_err "--- last lines of $1 ---"
+  tail -n 30 "$1" | tr -d '\033' >&2 || true
+  lab_err "--- end of $1 ---"
+}
+
+# ---------------------------------------------------------------------------------------------
+# State helpers
+lab_state_set() { mkdir -p "$LAB_STATE"; printf '%s\n' "$2" >"$LAB_STATE/$1"; }
+lab_state_get() { cat "$LAB_STATE/$1" 2>/dev/null || true; }
+lab_guest_dir() { echo "$LAB_STATE/guests/$1"; }
+lab_guests() { if [[ -d "$LAB_STATE/guests" ]]; then ls "$LAB_STATE/guests"; fi; }
+
+# Run a command in the lab's network namespace when there is one (direct mode).
+lab_in_ns() {
+  if [[ "$(lab_state_get netns)" == "$LAB_NETNS" ]]; then ip netns exec "$LAB_NETNS" "$@"; else "$@"; fi
+}
+lab_virsh() { virsh -q -c qemu:///system "$@"; }
+
+# ---------------------------------------------------------------------------------------------
+# Images
+lab_images_build() {
+  [[ "${MAGNET_LAB_NO_BUILD:-0}" == 1 ]] && return 0
+  local what="$1" log
+  mkdir -p "$(lab_images_dir)"
+  log="$(lab_images_dir)/build-$what.log"
+  if ! "$LAB_REPO/vm-images/$what/build.sh" "$(lab_images_dir)" >"$log" 2>&1; then
+    lab_err "building the $what image failed; log: $log"
+    tail -n 5 "$log" >&2 || true
+    return 1
+  fi
+}
+
+lab_check_file() { # WHAT PATH
+  [[ -r "$2" ]] || { lab_err "missing image input: $1 $2 (build it with vm-images/build.sh or fix the path)"; return 1; }
+}
+
+# ---------------------------------------------------------------------------------------------
+# libvirt (started by the lab, ended by PID)
+lab_libvirt_start() {
+  if [[ -f /run/libvirt/libvirtd.pid ]] && kill -0 "$(cat /run/libvirt/libvirtd.pid)" 2>/dev/null; then
+    lab_err "a libvirtd not started by the lab is already running (pid $(cat /run/libvirt/libvirtd.pid)); stop it first"
+    return 1
+  fi
+  # Never let libvirt autostart Debian's 'default' NAT network.
+  rm -f /etc/libvirt/qemu/networks/autostart/default.xml
+  mkdir -p /run/libvirt /var/log/libvirt/qemu "$LAB_STATE/logs"
+  : >"$LAB_STATE/logs/libvirtd.log"
+  if [[ -f /run/libvirt/virtlogd.pid ]] && kill -0 "$(cat /run/libvirt/virtlogd.pid)" 2>/dev/null; then
+    lab_err "a virtlogd not started by the lab is already running (pid $(cat /run/libvirt/virtlogd.pid)); stop it first"
+    return 1
+  fi
+  if ! lab_in_ns virtlogd -d -p "$LAB_STATE/virtlogd.pid" 2>>"$LAB_STATE/logs/virtlogd.log"; then
+    lab_err "virtlogd failed to start; log: $LAB_STATE/logs/virtlogd.log"; return 1
+  fi
+  lab_state_set pid.virtlogd "$(cat "$LAB_STATE/virtlogd.pid")"
+  local libvirtd="${MAGNET_LAB_LIBVIRTD:-libvirtd}"
+  if ! LIBVIRT_LOG_OUTPUTS="3:file:$LAB_STATE/logs/libvirtd.log" lab_in_ns "$libvirtd" -d -p "$LAB_STATE/libvirtd.pid" 2>>"$LAB_STATE/logs/libvirtd.log"; then
+    lab_err "libvirtd ($libvirtd) failed to start; log: $LAB_STATE/logs/libvirtd.log"
+    return 1
+  fi
+  local i
+  for i in $(seq 1 100); do
+    [[ -f "$LAB_STATE/libvirtd.pid" ]] && break
+    sleep 0.1
+  done
+  lab_state_set pid.libvirtd "$(cat "$LAB_STATE/libvirtd.pid" 2>/dev/null || echo 0)"
+  local deadline=$(( $(lab_now) + ${MAGNET_LAB_LIBVIRTD_TIMEOUT:-60} ))
+  while (( $(lab_now) < deadline )); do
+    if lab_virsh version >/dev/null 2>&1; then return 0; fi
+    if ! kill -0 "$(lab_state_get pid.libvirtd)" 2>/dev/null; then break; fi
+    sleep 0.2
+  done
+  lab_err "libvirtd did not answer within ${MAGNET_LAB_LIBVIRTD_TIMEOUT:-60} s (pid $(lab_state_get pid.libvirtd)); log: $LAB_STATE/logs/libvirtd.log"
+  tail -n 10 "$LAB_STATE/logs/libvirtd.log" >&2 || true
+  return 1
+}
+
+lab_kill_pid() { # NAME: end a process the lab started, by its recorded PID
+  local pid; pid="$(lab_state_get "pid.$1")"
+  [[ -n "$pid" && "$pid" != 0 ]] || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    local i
+    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+  fi
+  rm -f "$LAB_STATE/pid.$1"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Local guests (libvirt on the machine running this code: direct mode or inside the lab host)
+lab_net_setup() { # [netns]: with an argument, create the namespace (direct mode)
+  if [[ -n "${1:-}" ]]; then
+    if ip netns list 2>/dev/null | grep -qw "$1"; then
+      lab_err "network namespace $1 already exists: another lab is up on this machine (its 'tools/lab down' removes it)"; return 1
+    fi
+    ip netns add "$1" || { lab_err "cannot create network namespace $1"; return 1; }
+    lab_state_set netns "$1"   # recorded only once created: teardown deletes only what it created
+    ip -n "$1" link set lo up
+  fi
+  if lab_in_ns ip link show "$LAB_BRIDGE" >/dev/null 2>&1; then
+    lab_err "bridge $LAB_BRIDGE already exists (a lab is up? run: tools/lab down)"; return 1
+  fi
+  lab_in_ns ip link add "$LAB_BRIDGE" type bridge
+  lab_in_ns ip addr add "$LAB_NET_PREFIX.1/24" dev "$LAB_BRIDGE"
+  lab_in_ns ip link set "$LAB_BRIDGE" up
+  lab_state_set bridge "$LAB_BRIDGE"
+}
+
+lab_render_domain() { # NAME INDEX -> XML on stdout
+  local name="$1" idx="$2" dir xml domtype cpu vsock netdrv kernel initrd cid cmdline
+  dir="$(lab_guest_dir "$name")"
+  kernel="$(lab_state_get guest_kernel)"; initrd="$(lab_state_get guest_initrd)"
+  cid=$(( ${MAGNET_LAB_CID_BASE:-3} + idx - 1 ))
+  if [[ "$(lab_state_get accel)" == kvm ]]; then
+    domtype=kvm; cpu="<cpu mode='host-passthrough'/>"; netdrv=vhost
+    vsock="<vsock model='virtio'><cid auto='no' address='$cid'/></vsock>"
+  else
+    domtype=qemu; cpu=""; netdrv=qemu; vsock=""
+    [[ -c /dev/vhost-vsock ]] && vsock="<vsock model='virtio'><cid auto='no' address='$cid'/></vsock>"
+  fi
+  cmdline="$(cat "$(dirname "$initrd")/cmdline-base" 2>/dev/null || echo 'console=ttyS0 panic=-1 quiet')"
+  cmdline+=" magnet.name=$name magnet.role=guest magnet.ip=$LAB_NET_PREFIX.$((10 + idx))/24 magnet.gw=$LAB_NET_PREFIX.1 magnet.cid=$cid"
+  xml="$(cat "$LAB_REPO/vm-images/xml/guest.xml.in")"
+  xml="${xml//@DOMTYPE@/$domtype}"; xml="${xml//@NAME@/$name}"; xml="${xml//@MEM_MB@/${MAGNET_LAB_GUEST_MEM_MB:-256}}"
+  xml="${xml//@KERNEL@/$kernel}"; xml="${xml//@INITRD@/$initrd}"; xml="${xml//@CMDLINE@/$cmdline}"
+  xml="${xml//@CPU@/$cpu}"; xml="${xml//@EMULATOR@/$(command -v qemu-system-x86_64)}"
+  xml="${xml//@BRIDGE@/$LAB_BRIDGE}"; xml="${xml//@MAC@/52:54:00:77:00:$(printf '%02x' $((10 + idx)))}"
+  xml="${xml//@NETDRIVER@/$netdrv}"; xml="${xml//@DIR@/$dir}"; xml="${xml//@VSOCK@/$vsock}"
+  printf '%s\n' "$xml"
+}
+
+lab_guest_start() { # NAME INDEX
+  local name="$1" idx="$2" dir out
+  dir="$(lab_guest_dir "$name")"
+  mkdir -p "$dir"
+  lab_render_domain "$name" "$idx" >"$dir/domain.xml"
+  if lab_virsh dominfo "$name" >/dev/null 2>&1; then
+    lab_err "a libvirt domain named $name already exists (run: tools/lab down)"; return 1
+  fi
+  if ! out="$(lab_virsh define "$dir/domain.xml" 2>&1)"; then
+    lab_err "virsh define $name failed: $out (domain XML: $dir/domain.xml)"; return 1
+  fi
+  echo defined >"$dir/defined"
+  if ! out="$(lab_virsh start "$name" 2>&1)"; then
+    lab_err "virsh start $name failed: $out"
+    lab_err "logs: /var/log/libvirt/qemu/$name.log, $LAB_STATE/logs/libvirtd.log"
+    return 1
+  fi
+  lab_log "started $name (cid $(( ${MAGNET_LAB_CID_BASE:-3} + idx - 1 )), ip $LAB_NET_PREFIX.$((10 + idx)))"
+}
+
+lab_guest_pid() { cat "/run/libvirt/qemu/$1.pid" 2>/dev/null; }
+
+# lab_local_up N: libvirt + bridge + N guests, waiting for readiness.
+lab_local_up() {
+  local n="$1" mode="$2" i kernel initrd to
+  if [[ -d "$LAB_STATE" && -f "$LAB_STATE/mode" ]]; then
+    lab_err "a lab is already up (state: $LAB_STATE, mode $(lab_state_get mode)); run: tools/lab down"; return 1
+  fi
+  mkdir -p "$LAB_STATE/guests" "$LAB_STATE/logs"
+  lab_state_set mode "$mode"
+  if [[ "$mode" == direct ]]; then
+    lab_state_set accel "${MAGNET_LAB_ACCEL:-tcg}"
+    lab_images_build guest || return 1
+    kernel="${MAGNET_LAB_GUEST_KERNEL:-$(lab_images_dir)/guest/vmlinuz}"
+    initrd="${MAGNET_LAB_GUEST_INITRD:-$(lab_images_dir)/guest/initrd.img}"
+    to="${MAGNET_LAB_READY_TIMEOUT:-60}"
+  else
+    lab_state_set accel kvm
+    local gdir="${MAGNET_LAB_GUEST_DIR:-/opt/magnet/guest}"
+    kernel="${MAGNET_LAB_GUEST_KERNEL:-$gdir/vmlinuz}"; initrd="${MAGNET_LAB_GUEST_INITRD:-$gdir/initrd.img}"
+    to="${MAGNET_LAB_READY_TIMEOUT:-90}"
+  fi
+  lab_check_file "guest kernel" "$kernel" || return 1
+  lab_check_file "guest initrd" "$initrd" || return 1
+  lab_state_set guest_kernel "$kernel"; lab_state_set guest_initrd "$initrd"
+  if [[ "$mode" == direct ]]; then lab_net_setup "$LAB_NETNS" || return 1; else lab_net_setup || return 1; fi
+  lab_libvirt_start || return 1
+  # Under nested KVM (TCG lab host) concurrent guest boots crashed the lab host kernel once
+  # (stack guard page hit in a vCPU thread): boot KVM guests one after the other.
+  if [[ "$(lab_state_get accel)" == kvm ]]; then
+    for i in $(seq 1 "$n"); do
+      lab_guest_start "g$i" "$i" || return 1
+      lab_wait_ready "g$i" "$(lab_guest_dir "g$i")/console.log" "$(lab_guest_dir "g$i")/ctl.sock" "$to" "$(lab_guest_pid "g$i")" || return 1
+    done
+  else
+    for i in $(seq 1 "$n"); do lab_guest_start "g$i" "$i" || return 1; done
+    for i in $(seq 1 "$n"); do
+      lab_wait_ready "g$i" "$(lab_guest_dir "g$i")/console.log" "$(lab_guest_dir "g$i")/ctl.sock" "$to" "$(lab_guest_pid "g$i")" || return 1
+    done
+  fi
+  lab_state_set up 1
+}
+
+lab_local_down() {
+  local g
+  for g in $(lab_guests); do
+    [[ -f "$(lab_guest_dir "$g")/defined" ]] || continue  # only domains this lab defined
+    lab_virsh destroy "$g" >/dev/null 2>&1 || true
+    lab_virsh undefine "$g" >/dev/null 2>&1 || true
+  done
+  lab_kill_pid libvirtd
+  lab_kill_pid virtlogd
+  if [[ -n "$(lab_state_get bridge)" ]]; then
+    lab_in_ns ip link del "$LAB_BRIDGE" 2>/dev/null || true
+  fi
+  if [[ "$(lab_state_get netns)" == "$LAB_NETNS" ]]; then
+    ip netns del "$LAB_NETNS" 2>/dev/null || true
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Nested mode: the lab host VM under TCG on this machine.
+lab_labhost_dir() { echo "$LAB_STATE/labhost"; }
+lab_labhost_sock() { echo "$(lab_labhost_dir)/ctl.sock"; }
+
+lab_labhost_start() {
+  local d img pid to
+  d="$(lab_labhost_dir)"; img="$(lab_images_dir)/labhost"
+  mkdir -p "$d"
+  lab_check_file "lab host kernel" "$img/vmlinuz" || return 1
+  lab_check_file "lab host initrd" "$img/initrd.img" || return 1
+  rm -f "$d/ctl.sock" "$d/console.sock" "$d/console.log" "$d/qemu.pid"
+  if ! qemu-system-x86_64 -name magnet-labhost,debug-threads=on -accel tcg -cpu max -smp 2 -m "${MAGNET_LAB_LABHOST_MEM_MB:-3072}" \
+      -nodefaults -no-reboot -nic none -display none \
+      -monitor "unix:$d/monitor.sock,server=on,wait=off" \
+      -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
+      -append "$(cat "$img/cmdline-base") softlockup_panic=1 rcupdate.rcu_cpu_stall_timeout=120 ${MAGNET_LAB_LABHOST_APPEND:-} magnet.role=labhost magnet.name=labhost" \
+      -chardev "socket,id=con0,path=$d/console.sock,server=on,wait=off,logfile=$d/console.log" \
+      -serial chardev:con0 \
+      -device virtio-serial-pci \
+      -chardev "socket,id=ctl0,path=$d/ctl.sock,server=on,wait=off" \
+      -device "virtserialport,chardev=ctl0,name=$LAB_CTL_NAME" \
+      -device virtio-rng-pci \
+      -virtfs "local,path=$(lab_build_dir),mount_tag=magnetbuild,security_model=none,readonly=on" \
+      -virtfs "local,path=$LAB_REPO,mount_tag=magnetsrc,security_model=none,readonly=on" \
+      -pidfile "$d/qemu.pid" -daemonize 2>"$d/qemu.err"; then
+    lab_err "starting the lab host QEMU failed: $(cat "$d/qemu.err")"; return 1
+  fi
+  pid="$(cat "$d/qemu.pid")"
+  lab_state_set pid.labhost "$pid"
+  to="${MAGNET_LAB_LABHOST_TIMEOUT:-120}"
+  lab_wait_ready labhost "$d/console.log" "$d/ctl.sock" "$to" "$pid"
+}
+
+# lab_labhost_exec TIMEOUT CMD: run CMD in the lab host.
+lab_labhost_exec() { lab_ctl_exec "$(lab_labhost_sock)" "$1" "$2"; }
+
+# lab_labhost_lab TIMEOUT ARGS...: run this library's lab_main inside the lab host.
+lab_labhost_lab() {
+  local to="$1"; shift
+  local args="" a
+  for a in "$@"; do args+=" $(printf '%q' "$a")"; done
+  local envs=""
+  local v
+  for v in MAGNET_LAB_GUESTS MAGNET_LAB_READY_TIMEOUT MAGNET_LAB_CID_BASE MAGNET_LAB_GUEST_KERNEL MAGNET_LAB_GUEST_INITRD MAGNET_LAB_GUEST_DIR MAGNET_LAB_GUEST_MEM_MB; do
+    [[ -n "${!v:-}" ]] && envs+="$v=$(printf '%q' "${!v}") "
+  done
+  lab_labhost_exec "$to" "${envs}MAGNET_BUILD_DIR=/mnt/magnetbuild bash -c 'source /mnt/magnetsrc/tools/lab.d/lab-lib.sh; lab_main \"\$@\"' lab$args"
+}
+
+# Nested SVM emulated by TCG is not fully reliable: rarely the lab host kernel dies (stack guard
+# page hit in a KVM vCPU thread) or locks up while a KVM guest boots. The lab host panics on soft
+# lockups (QEMU then exits). RCU stalls are not fatal and reported only after 120 s: enabling a
+# tracepoint patches text with cross-CPU IPIs, which under TCG can take long to be answered while
+# the other vCPU runs a nested KVM guest (a stall, not a hang, that panic_on_rcu_stall turned into
+# a crash). An attempt whose lab host died or stopped answering is retried
+# (MAGNET_LAB_NESTED_RETRIES, default 2) after keeping its logs; other failures are not retried.
+lab_nested_up() {
+  local n="$1" attempt max ready_to inner_to
+  if [[ -f "$LAB_STATE/mode" ]]; then
+    lab_err "a lab is already up (state: $LAB_STATE, mode $(lab_state_get mode)); run: tools/lab down"; return 1
+  fi
+  mkdir -p "$LAB_STATE/logs"
+  lab_state_set mode nested
+  lab_images_build labhost || return 1
+  ready_to="${MAGNET_LAB_READY_TIMEOUT:-90}"
+  inner_to=$(( 60 + n * (ready_to + 30) ))
+  max=$(( ${MAGNET_LAB_NESTED_RETRIES:-2} + 1 ))
+  for attempt in $(seq 1 "$max"); do
+    if lab_labhost_start && MAGNET_LAB_READY_TIMEOUT="$ready_to" lab_labhost_lab "$inner_to" up "$n"; then
+      lab_state_set up 1
+      return 0
+    fi
+    if kill -0 "$(lab_state_get pid.labhost)" 2>/dev/null && lab_ctl_ping "$(lab_labhost_sock)"; then
+      return 1  # the lab host is fine: a real failure, no retry
+    fi
+    if (( attempt < max )); then
+      local keep
+      keep="$(lab_build_dir)/lab-logs/nested-attempt-$attempt-failed-$(date +%Y%m%d-%H%M%S)"
+      lab_collect "$keep" >/dev/null 2>&1 || true
+      lab_err "attempt $attempt: the lab host died or stopped answering (logs kept in $keep); retrying"
+      lab_kill_pid labhost
+    else
+      lab_err "the lab host died or stopped answering; console log: $(lab_labhost_dir)/console.log"
+    fi
+  done
+  return 1
+}
+
+lab_nested_down() {
+  # Orderly inner teardown only when the lab host answers; its QEMU is ended by PID anyway,
+  # which takes everything inside it down.
+  if kill -0 "$(lab_state_get pid.labhost)" 2>/dev/null && lab_ctl_ping "$(lab_labhost_sock)"; then
+    lab_labhost_lab 60 down >/dev/null 2>&1 || true
+  fi
+  lab_kill_pid labhost
+}
+
+# ---------------------------------------------------------------------------------------------
+# Logs
+# lab_collect DEST: copy consoles, libvirt/QEMU logs and domain XML into DEST.
+lab_collect() {
+  local dest="$1" mode g
+  mkdir -p "$dest"
+  mode="$(lab_state_get mode)"
+  if [[ "$mode" == nested ]]; then
+    cp "$(lab_labhost_dir)"/console.log "$dest/labhost-console.log" 2>/dev/null || true
+    cp "$(lab_labhost_dir)"/qemu.err "$dest/labhost-qemu.err" 2>/dev/null || true
+    if [[ -S "$(lab_labhost_sock)" ]] && lab_ctl_ping "$(lab_labhost_sock)"; then
+      lab_labhost_exec 60 "cd / && tar cf - run/magnet-lab var/log/libvirt 2>/dev/null | gzip | base64" 2>/dev/null \
+        | base64 -d 2>/dev/null | tar xzf - -C "$dest" 2>/dev/null || true
+    fi
+  else
+    for g in $(lab_guests); do
+      mkdir -p "$dest/$g"
+      cp "$(lab_guest_dir "$g")"/{console.log,domain.xml} "$dest/$g/" 2>/dev/null || true
+      cp "/var/log/libvirt/qemu/$g.log" "$dest/$g/qemu.log" 2>/dev/null || true
+    done
+    cp "$LAB_STATE/logs/libvirtd.log" "$dest/" 2>/dev/null || true
+  fi
+  lab_log "logs copied to $dest"
+}
+
+# ---------------------------------------------------------------------------------------------
+# People's commands
+lab_usage() {
+  cat <<'USAGE'
+usage: tools/lab COMMAND [ARGS]
+  up [N]            build images if needed, start the lab (N guests: g1..gN) and wait until ready
+  status            mode, VMs, PIDs, addresses
+  run GUEST CMD...  run a shell command in GUEST (g1.., or 'labhost' in nested mode); exit status is CMD's
+  shell GUEST       interactive command loop in GUEST over its control channel
+  console GUEST     attach to GUEST's serial console (Ctrl-] to leave); direct mode or 'labhost'
+  logs DIR          copy consoles and libvirt/QEMU logs into DIR
+  down              destroy everything the lab started (domains, libvirtd, virtlogd, netns, lab host)
+  build             build/refresh the images only
+Environment: MAGNET_LAB_MODE=direct|nested, MAGNET_BUILD_DIR, MAGNET_LAB_STATE (see docs/lab.md)
+USAGE
+}
+
+lab_run() { # GUEST TIMEOUT CMD
+  local g="$1" to="$2" cmd="$3" mode
+  mode="$(lab_state_get mode)"
+  [[ -n "$mode" ]] || { lab_err "no lab is up (state: $LAB_STATE)"; return 2; }
+  if [[ "$mode" == nested ]]; then
+    if [[ "$g" == labhost ]]; then lab_labhost_exec "$to" "$cmd"; return; fi
+    lab_labhost_lab $((to + 15)) run-timeout "$g" "$to" "$cmd"; return
+  fi
+  [[ -d "$(lab_guest_dir "$g")" ]] || { lab_err "no guest named $g (guests: $(lab_guests | tr '\n' ' '))"; return 2; }
+  lab_ctl_exec "$(lab_guest_dir "$g")/ctl.sock" "$to" "$cmd"
+}
+
+lab_status() {
+  local mode g pid
+  mode="$(lab_state_get mode)"
+  if [[ -z "$mode" ]]; then echo "lab: down"; return 0; fi
+  echo "lab: mode=$mode state=$LAB_STATE up=$(lab_state_get up)"
+  if [[ "$mode" == nested ]]; then
+    pid="$(lab_state_get pid.labhost)"
+    if kill -0 "$pid" 2>/dev/null; then echo "labhost: running pid=$pid"; else echo "labhost: NOT running"; fi
+    lab_labhost_lab 60 status || true
+    return 0
+  fi
+  echo "libvirtd pid=$(lab_state_get pid.libvirtd) virtlogd pid=$(lab_state_get pid.virtlogd) accel=$(lab_state_get accel) netns=$(lab_state_get netns)"
+  for g in $(lab_guests); do
+    pid="$(lab_guest_pid "$g" || true)"
+    echo "$g: state=$(lab_virsh domstate "$g" 2>/dev/null || echo none) qemu_pid=${pid:-none} ctl=$(lab_guest_dir "$g")/ctl.sock"
+  done
+}
+
+lab_shell() {
+  local g="$1" line
+  echo "magnet lab shell on $g (each line runs in a fresh /bin/sh in the guest; Ctrl-D leaves)"
+  while IFS= read -r -e -p "$g\$ " line; do
+    [[ -z "$line" ]] && continue
+    lab_run "$g" 600 "$line" || echo "[exit $?]"
+  done
+}
+
+lab_console() {
+  local g="$1" sock
+  if [[ "$g" == labhost ]]; then sock="$(lab_labhost_dir)/console.sock"; else sock="$(lab_guest_dir "$g")/console.sock"; fi
+  [[ -S "$sock" ]] || lab_die "no console socket for $g ($sock); in nested mode use 'tools/lab console labhost' and then 'socat -,raw,echo=0 UNIX-CONNECT:/run/magnet-lab/guests/$g/console.sock'"
+  if [[ -t 0 ]]; then
+    echo "connected to $g console (Ctrl-] leaves)"
+    socat "-,raw,echo=0,escape=0x1d" "UNIX-CONNECT:$sock"
+  else
+    socat -t 2 - "UNIX-CONNECT:$sock"  # scripted use: stdin to the console, output back
+  fi
+}
+
+lab_down() {
+  local mode
+  mode="$(lab_state_get mode)"
+  case "$mode" in
+    nested) lab_nested_down ;;
+    direct|local) lab_local_down ;;
+    "") ;;
+  esac
+  rm -rf "$LAB_STATE"
+}
+
+lab_main() {
+  local cmd="${1:-}" mode
+  [[ $# -gt 0 ]] && shift
+  mode="$(lab_detect_mode)"
+  case "$cmd" in
+    up)
+      local n="${1:-${MAGNET_LAB_GUESTS:-}}" rc=0
+      if [[ "$mode" == local ]]; then
+        # Inside the lab host: the outer harness collects logs and tears down on failure.
+        lab_local_up "${n:-2}" local; return
+      fi
+      if [[ -f "$LAB_STATE/mode" ]]; then
+        lab_err "a lab is already up (state: $LAB_STATE, mode $(lab_state_get mode)); run: tools/lab down"; return 1
+      fi
+      trap 'lab_err "interrupted: tearing the lab down"; lab_down; exit 130' INT TERM
+      if [[ "$mode" == nested ]]; then
+        lab_nested_up "${n:-2}" || rc=$?
+      else
+        lab_local_up "${n:-1}" direct || rc=$?
+      fi
+      if (( rc != 0 )); then
+        local dest
+        dest="${MAGNET_LAB_FAIL_LOGS:-$(lab_build_dir)/lab-logs/up-failed-$(date +%Y%m%d-%H%M%S)}"
+        lab_collect "$dest" >/dev/null 2>&1 || true
+        lab_down
+        lab_err "lab up failed ($mode mode); everything was torn down; logs: $dest"
+      fi
+      trap - INT TERM
+      return "$rc" ;;
+    down) lab_down ;;
+    status) lab_status ;;
+    run)
+      [[ $# -ge 2 ]] || lab_die "usage: tools/lab run GUEST CMD..."
+      local g="$1"; shift
+      lab_run "$g" "${MAGNET_LAB_RUN_TIMEOUT:-300}" "$*" ;;
+    run-timeout) lab_run "$1" "$2" "$3" ;;
+    shell) [[ $# -eq 1 ]] || lab_die "usage: tools/lab shell GUEST"; lab_shell "$1" ;;
+    console) [[ $# -eq 1 ]] || lab_die "usage: tools/lab console GUEST"; lab_console "$1" ;;
+    logs) [[ $# -eq 1 ]] || lab_die "usage: tools/lab logs DIR"; lab_collect "$1" ;;
+    build) "$LAB_REPO/vm-images/build.sh" "$(lab_images_dir)" ;;
+    guest-pid) lab_guest_pid "$1" ;;
+    ""|-h|--help|help) lab_usage ;;
+    *) lab_usage >&2; return 2 ;;
+  esac
+}
