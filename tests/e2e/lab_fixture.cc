@@ -1,5 +1,7 @@
 #include "lab_fixture.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -347,6 +349,29 @@ void LabSuite::TearDown() {
     for (size_t i = from; i < lines.size(); ++i) std::cout << lines[i] << "\n";
   }
   std::cout << "[e2e] logs of the failed test: " << dest << "\n" << std::flush;
+}
+
+// The largest flow of a view in a `magnet views --vm` reply: its average
+// bandwidth (bytes/s at the tap) over the flow's lifetime.  Also checks that
+// every instance in the reply is VM @vm's.
+double FlowBytesPerSecond(const std::string& reply, const std::string& view, int vm) {
+  auto a = nlohmann::json::parse(reply);
+  double bps = -1;
+  for (const auto& v : a) {
+    EXPECT_EQ(v.at("vm").get<int>(), vm) << "an instance of another VM in this VM's views";
+    if (v.at("view") != view) continue;
+    for (const auto& g : v.at("groups"))
+      if (g.at("by") == "connection" && !g.at("rows").empty())
+        bps = g.at("rows")[0].at("bandwidth_bps").get<double>();
+  }
+  return bps;
+}
+
+// iperf3 -s -J: what the server received over the whole test (UDP).
+double IperfReceivedBitsPerSecond(const std::string& json) {
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.contains("end")) return -1;
+  return j["end"]["sum_received"]["bits_per_second"].get<double>();  // 3.12: UDP receiver side
 }
 
 }  // namespace magnet::e2e

@@ -80,4 +80,12 @@ class LabSuite : public ::testing::Test {
 std::vector<std::string> SplitLines(const std::string& s);
 std::string Trim(const std::string& s);
 
+
+// The largest flow of a view in a `magnet views --vm` reply: its average
+// bandwidth (bytes/s at the tap) over the flow's lifetime; -1 if absent.
+// Also checks (EXPECT) that every instance in the reply is VM @vm's.
+double FlowBytesPerSecond(const std::string& reply, const std::string& view, int vm);
+// iperf3 -s -J: what the server received over the whole UDP test; -1 if absent.
+double IperfReceivedBitsPerSecond(const std::string& json);
+
 }  // namespace magnet::e2e

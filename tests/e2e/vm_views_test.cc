@@ -9,8 +9,6 @@
 #include <regex>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "lab_fixture.h"
 #include "registry.h"
 
@@ -29,28 +27,6 @@ pid_t pid_of(const std::string& domain) {
   return static_cast<pid_t>(std::atoi(read_file("/run/libvirt/qemu/" + domain + ".pid").c_str()));
 }
 
-// The largest flow of a view in a `magnet views --vm` reply: its average
-// bandwidth (bytes/s at the tap) over the flow's lifetime.  Also checks that
-// every instance in the reply is VM @vm's.
-double FlowBytesPerSecond(const std::string& reply, const std::string& view, int vm) {
-  auto a = nlohmann::json::parse(reply);
-  double bps = -1;
-  for (const auto& v : a) {
-    EXPECT_EQ(v.at("vm").get<int>(), vm) << "an instance of another VM in this VM's views";
-    if (v.at("view") != view) continue;
-    for (const auto& g : v.at("groups"))
-      if (g.at("by") == "connection" && !g.at("rows").empty())
-        bps = g.at("rows")[0].at("bandwidth_bps").get<double>();
-  }
-  return bps;
-}
-
-// iperf3 -s -J: what the server received over the whole test (UDP).
-double IperfReceivedBitsPerSecond(const std::string& json) {
-  auto j = nlohmann::json::parse(json, nullptr, false);
-  if (j.is_discarded() || !j.contains("end")) return -1;
-  return j["end"]["sum_received"]["bits_per_second"].get<double>();  // 3.12: UDP receiver side
-}
 
 // Records what the registry hands to the kernel maps.
 struct recording_tagger : host::vm_tagger {
