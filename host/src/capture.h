@@ -66,7 +66,7 @@ class kernel_features {
  private:
   bool has_btf_ = false, fentry_ok_ = false, kprobe_pmu_ = false, netfilter_ok_ = false;
   std::string fentry_why_, netfilter_why_, cgroup2_, tracefs_;
-  std::set<std::string> deny_, btf_funcs_needed_;
+  std::set<std::string> deny_;
   std::shared_ptr<void> btf_;  // struct btf*, freed with btf__free
 };
 

@@ -152,17 +152,14 @@ status registry::connect() {
   virConnectSetKeepAlive(c, 5, 3);
   lifecycle_cb_ = virConnectDomainEventRegisterAny(
       c, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
-      VIR_DOMAIN_EVENT_CALLBACK(+[](virConnectPtr, virDomainPtr, int, int, void* self) {
-        static_cast<registry*>(self)->dirty_ = true;
-        return 0;
-      }),
-      this, nullptr);
+      // Nothing to record: dispatching the event ends virEventRunDefaultImpl,
+      // and run() reconciles right after it.
+      VIR_DOMAIN_EVENT_CALLBACK(+[](virConnectPtr, virDomainPtr, int, int, void*) { return 0; }),
+      nullptr, nullptr);
   virConnectRegisterCloseCallback(
       c,
       [](virConnectPtr, int, void* self) {
-        auto* r = static_cast<registry*>(self);
-        r->connected_ = false;
-        r->dirty_ = true;
+        static_cast<registry*>(self)->connected_ = false;
       },
       this, nullptr);
   connected_ = true;

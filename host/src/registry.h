@@ -99,7 +99,7 @@ class registry {
   vm_tagger& tagger_;
   void* conn_ = nullptr;  // virConnectPtr
   int lifecycle_cb_ = -1;
-  std::atomic<bool> connected_{false}, stop_{false}, dirty_{true};
+  std::atomic<bool> connected_{false}, stop_{false};
   std::thread thread_;
   mutable std::mutex mu_;
   std::map<std::string, vm_info> by_uuid_;  // running VMs

@@ -245,23 +245,14 @@ result<const uint8_t*> trace_reader::next() {
   std::span<const uint8_t> rest(map_ + pos_, size_ - pos_);
   const uint8_t* rec = map_ + pos_;
   if (foreign_ || (reinterpret_cast<uintptr_t>(rec) % 8)) {
-    size_t n = std::min(rest.size(), sizeof(magnet_hdr));
-    std::memcpy(scratch_, rec, n);
-    if (n == sizeof(magnet_hdr) && foreign_) swap_header(scratch_);
+    // Copy (and for a foreign trace, swap) into aligned scratch space; the
+    // header first, so its length can be checked before the payload is read.
+    size_t avail = std::min(rest.size(), sizeof scratch_);
+    std::memcpy(scratch_, rec, std::min(avail, sizeof(magnet_hdr)));
+    if (foreign_ && avail >= sizeof(magnet_hdr)) swap_header(scratch_);
+    if (auto s = check_record({scratch_, avail}, where); !s) return s.err();
     uint16_t len = hdr_of(scratch_).len;
-    if (n == sizeof(magnet_hdr) && len <= rest.size() && len <= sizeof scratch_ &&
-        len >= sizeof(magnet_hdr))
-      std::memcpy(scratch_ + sizeof(magnet_hdr), rec + sizeof(magnet_hdr),
-                  len - sizeof(magnet_hdr));
-    if (auto s = check_record({scratch_, std::min(rest.size(), sizeof scratch_)}, where); !s) {
-      if (n < sizeof(magnet_hdr)) return s.err();
-      // check_record saw the swapped header; re-check the length against the file.
-      return s.err();
-    }
-    if (len > rest.size())
-      return error{where + ": truncated record: " + event_name(hdr_of(scratch_).type) +
-                   " says " + std::to_string(len) + " bytes, " + std::to_string(rest.size()) +
-                   " remain"};
+    std::memcpy(scratch_ + sizeof(magnet_hdr), rec + sizeof(magnet_hdr), len - sizeof(magnet_hdr));
     if (foreign_) swap_payload(scratch_);
     pos_ += len;
     return static_cast<const uint8_t*>(scratch_);
