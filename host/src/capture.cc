@@ -16,6 +16,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <unordered_map>
 
 #include "log.h"
 #include "magnet/events.h"
@@ -93,8 +94,43 @@ const std::vector<probe_spec> kProbes = {
       {M::raw_tp, {"blk_complete_raw"}, "block/block_rq_complete"}}},
     {MAGNET_P_KVM_EXIT, MAGNET_EV_KVM_EXIT, "hypervisor", "KVM VM exit with its reason",
      {{M::tracepoint, {"kvm_exit_tp"}, "kvm/kvm_exit"}}},
-    {MAGNET_P_KVM_ENTRY, MAGNET_EV_KVM_ENTRY, "hypervisor", "KVM VM entry",
-     {{M::tracepoint, {"kvm_entry_tp"}, "kvm/kvm_entry"}}},
+    // The vCPU state of kvm.entry, kvm.userspace_exit and kvm.wakeup is
+    // kept by the kvm.exit and kvm.userspace_exit programs: "needs".
+    {MAGNET_P_KVM_ENTRY, MAGNET_EV_KVM_ENTRY, "hypervisor",
+     "KVM VM entry, with the exit->entry time of the exit it ends",
+     {{M::tracepoint, {"kvm_entry_tp"}, "kvm/kvm_entry"}},
+     {MAGNET_EV_KVM_EXIT, MAGNET_EV_KVM_USERSPACE_EXIT}},
+    {MAGNET_P_KVM_USERSPACE_EXIT, MAGNET_EV_KVM_USERSPACE_EXIT, "hypervisor",
+     "KVM_RUN returns to the VMM (I/O, MMIO, ... handled in QEMU)",
+     {{M::tracepoint, {"kvm_uexit_tp"}, "kvm/kvm_userspace_exit"}},
+     {MAGNET_EV_KVM_EXIT}},
+    {MAGNET_P_KVM_WAKEUP, MAGNET_EV_KVM_WAKEUP, "hypervisor",
+     "halted vCPU resumes: halt time, polled or slept",
+     {{M::tracepoint, {"kvm_wakeup_tp"}, "kvm/kvm_vcpu_wakeup"}},
+     {MAGNET_EV_KVM_EXIT}},
+    {MAGNET_P_KVM_HALT_POLL, MAGNET_EV_KVM_HALT_POLL, "hypervisor",
+     "halt-polling window of a vCPU grown or shrunk",
+     {{M::tracepoint, {"kvm_halt_poll_tp"}, "kvm/kvm_halt_poll_ns"}}},
+    {MAGNET_P_NET_DROP, MAGNET_EV_NET_DROP, "device",
+     "packet dropped (kfree_skb with a reason); a VM's when on its tap",
+     {{M::tp_btf, {"drop_btf"}, "skb/kfree_skb"},
+      {M::raw_tp, {"drop_raw"}, "skb/kfree_skb"}}},
+    {MAGNET_P_VMNET_QUEUE_TX, MAGNET_EV_VMNET_QUEUE_TX, "vmnet",
+     "host queueing of a guest's packet: its tap -> transmitting device",
+     {{M::tp_btf, {"queue_tx_in_btf", "queue_tx_out_btf"}, "net/net_dev_start_xmit"},
+      {M::raw_tp, {"queue_tx_in_raw", "queue_tx_out_raw"}, "net/net_dev_start_xmit"}}},
+    {MAGNET_P_VMNET_QUEUE_RX, MAGNET_EV_VMNET_QUEUE_RX, "vmnet",
+     "host queueing of a packet to a guest: receiving device -> its tap",
+     {{M::tp_btf, {"queue_rx_in_btf", "queue_rx_out_btf"}, "net/net_dev_start_xmit"},
+      {M::raw_tp, {"queue_rx_in_raw", "queue_rx_out_raw"}, "net/net_dev_start_xmit"}}},
+    {MAGNET_P_VMNET_VHOST_TX, MAGNET_EV_VMNET_VHOST_TX, "vmnet",
+     "vhost-net handle_tx run (guest TX work) in the VM's vhost worker",
+     {{M::fentry, {"vhost_tx_fentry", "vhost_tx_fexit"}, "handle_tx"},
+      {M::kprobe, {"vhost_tx_kprobe", "vhost_tx_kretprobe"}, "handle_tx"}}},
+    {MAGNET_P_VMNET_VHOST_RX, MAGNET_EV_VMNET_VHOST_RX, "vmnet",
+     "vhost-net handle_rx run (guest RX work) in the VM's vhost worker",
+     {{M::fentry, {"vhost_rx_fentry", "vhost_rx_fexit"}, "handle_rx"},
+      {M::kprobe, {"vhost_rx_kprobe", "vhost_rx_kretprobe"}, "handle_rx"}}},
 };
 
 std::string tp_name(const char* target) {
@@ -150,6 +186,45 @@ int try_load(bpf_prog_type type, bpf_attach_type attach, int btf_id, int ret) {
     return 0;
   }
   return -fd;
+}
+
+// Kernel symbols -> defining module ("" for vmlinux), read once: the file
+// is large and slow to read in a TCG guest.
+const std::unordered_map<std::string, std::string>& kallsyms() {
+  static const std::unordered_map<std::string, std::string> syms = [] {
+    std::unordered_map<std::string, std::string> m;
+    std::ifstream ks("/proc/kallsyms");
+    std::string line;
+    while (std::getline(ks, line)) {
+      auto a = line.find(' '), b = line.find(' ', a + 1);
+      if (a == std::string::npos || b == std::string::npos) continue;
+      auto tab = line.find('\t', b + 1);
+      std::string sym = line.substr(b + 1, tab == std::string::npos ? tab : tab - b - 1);
+      std::string mod;
+      if (tab != std::string::npos && line.size() > tab + 2)
+        mod = line.substr(tab + 2, line.size() - tab - 3);  // "\t[mod]"
+      m.emplace(std::move(sym), std::move(mod));
+    }
+    return m;
+  }();
+  return syms;
+}
+
+std::string module_of(const char* fn) {
+  auto it = kallsyms().find(fn);
+  return it == kallsyms().end() ? std::string() : it->second;
+}
+
+// Whether the BTF of the module defining @fn (/sys/kernel/btf/MODULE) has it:
+// fentry can attach to module functions (vhost_net's handle_tx, ...).
+bool in_module_btf(btf* vmlinux, const char* fn) {
+  std::string mod = module_of(fn);
+  if (mod.empty()) return false;
+  btf* m = btf__load_module_btf(mod.c_str(), vmlinux);
+  if (!m) return false;
+  bool found = btf__find_by_name_kind(m, fn, BTF_KIND_FUNC) > 0;
+  btf__free(m);
+  return found;
 }
 
 int netns_fd_self() { return open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC); }
@@ -328,8 +403,9 @@ method_check kernel_features::check(const method_spec& m) const {
         c.why = fentry_why_;
         return c;
       }
-      if (btf__find_by_name_kind(vm, m.target, BTF_KIND_FUNC) < 0) {
-        c.why = std::string("no function ") + m.target + " in kernel BTF";
+      if (btf__find_by_name_kind(vm, m.target, BTF_KIND_FUNC) < 0 &&
+          !in_module_btf(vm, m.target)) {
+        c.why = std::string("no function ") + m.target + " in kernel or module BTF";
         return c;
       }
       break;
@@ -338,17 +414,7 @@ method_check kernel_features::check(const method_spec& m) const {
         c.why = "kernel built without kprobes (no kprobe PMU; CONFIG_KPROBES off)";
         return c;
       }
-      std::ifstream ks("/proc/kallsyms");
-      std::string addr, t, sym;
-      bool found = false;
-      while (ks >> addr >> t >> sym) {
-        if (sym == m.target) {
-          found = true;
-          break;
-        }
-        ks.ignore(256, '\n');
-      }
-      if (!found) {
+      if (!kallsyms().count(m.target)) {
         c.why = std::string("no kernel symbol ") + m.target;
         return c;
       }
@@ -416,9 +482,14 @@ result<std::unique_ptr<capture>> capture::open(const capture_options& opt) {
   // program this kernel rejects only affects the probe that needs it.
   bpf_program* prog;
   bpf_object__for_each_program(prog, c->skel_->obj) bpf_program__set_autoload(prog, false);
+  std::set<uint16_t> load = opt.probes;
+  for (const auto& p : c->plans_)
+    if (opt.probes.empty() || opt.probes.count(p.spec->type)) {
+      load.insert(p.spec->type);
+      load.insert(p.spec->needs.begin(), p.spec->needs.end());
+    }
   for (const auto& p : c->plans_) {
-    if (p.chosen < 0) continue;
-    if (!opt.probes.empty() && !opt.probes.count(p.spec->type)) continue;
+    if (p.chosen < 0 || !load.count(p.spec->type)) continue;
     for (const char* name : p.spec->methods[p.chosen].progs) {
       auto* pr = bpf_object__find_program_by_name(c->skel_->obj, name);
       if (!pr) return error{std::string("BPF object lacks program ") + name};
@@ -559,15 +630,34 @@ status capture::set_mode(uint16_t type, uint32_t mode) {
   if (mode) {
     // Mode first, so no event fires into a half-configured probe after attach.
     skel_->bss->probe_ctl[slot].mode = mode;
-    if (auto s = attach(*p); !s) {
+    auto s = attach(*p);
+    for (uint16_t n : p->spec->needs) {
+      const probe_plan* q = plan_for(n);
+      if (s && q && q->chosen >= 0) s = attach(*q);
+    }
+    if (!s) {
       skel_->bss->probe_ctl[slot].mode = 0;
+      release(slot);
+      for (uint16_t n : p->spec->needs) release(probe_slot(n));
       return s;
     }
   } else {
-    detach(slot);
     skel_->bss->probe_ctl[slot].mode = 0;
+    release(slot);
+    for (uint16_t n : p->spec->needs) release(probe_slot(n));
   }
   return {};
+}
+
+// Detaches a probe unless it is enabled or an enabled probe needs it.
+void capture::release(int slot) {
+  if (slot < 0 || skel_->bss->probe_ctl[slot].mode) return;
+  for (const auto& q : plans_)
+    if (skel_->bss->probe_ctl[q.spec->slot].mode &&
+        std::find(q.spec->needs.begin(), q.spec->needs.end(), probe_type(slot)) !=
+            q.spec->needs.end())
+      return;
+  detach(slot);
 }
 
 void capture::arm(uint16_t type, uint32_t mode) {
@@ -703,6 +793,38 @@ std::map<uint32_t, magnet_agg> capture::aggregate(int slot) const {
     if (sum.events) out[vm] = sum;
   }
   return out;
+}
+
+template <class K>
+static std::vector<std::pair<K, lat_stat>> read_lat_map(bpf_map* map, int ncpus) {
+  std::vector<std::pair<K, lat_stat>> out;
+  std::vector<magnet_lat_stat> v(static_cast<size_t>(ncpus));
+  int fd = bpf_map__fd(map);
+  K key{}, next{};
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    key = next;
+    prev = &key;
+    if (bpf_map_lookup_elem(fd, &key, v.data()) != 0) continue;  // gone meanwhile
+    lat_stat sum;
+    for (const auto& c : v) sum.add(c);
+    out.emplace_back(key, sum);
+  }
+  return out;
+}
+
+std::vector<std::pair<magnet_kvm_exit_key, lat_stat>> capture::kvm_exit_stats() const {
+  return read_lat_map<magnet_kvm_exit_key>(skel_->maps.kvm_exit_stats, ncpus_);
+}
+
+std::vector<std::pair<magnet_vmnet_queue_key, lat_stat>> capture::vmnet_queue_stats() const {
+  return read_lat_map<magnet_vmnet_queue_key>(skel_->maps.vmnet_queue_stats, ncpus_);
+}
+
+bool capture::attached(uint16_t type) const {
+  int slot = probe_slot(type);
+  return links_.count(slot) || std::any_of(nf_links_.begin(), nf_links_.end(),
+                                           [&](const nf_link& n) { return n.slot == slot; });
 }
 
 std::string capture::attach_summary() const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "magnet/control.h"
+#include "latency.h"
 #include "magnet/result.h"
 #include "consumer.h"
 
@@ -38,6 +39,9 @@ struct probe_spec {
   const char* layer;
   const char* description;
   std::vector<method_spec> methods;  // in order of preference
+  // Probes whose programs keep state this one reads: attached (without
+  // records of their own unless enabled) whenever this one is.
+  std::vector<uint16_t> needs = {};
 };
 
 const std::vector<probe_spec>& probe_table();
@@ -126,11 +130,17 @@ class capture : public drop_source {
   std::map<uint32_t, magnet_agg> aggregate(int slot) const;
   int ncpus() const override { return ncpus_; }
   std::string attach_summary() const;
+  // Whether a probe's programs are attached (enabled, or needed by one).
+  bool attached(uint16_t type) const;
+  // In-kernel latency statistics, summed over CPUs (latency.h).
+  std::vector<std::pair<magnet_kvm_exit_key, lat_stat>> kvm_exit_stats() const;
+  std::vector<std::pair<magnet_vmnet_queue_key, lat_stat>> vmnet_queue_stats() const;
 
  private:
   capture() = default;
   status attach(const probe_plan& p);
   void detach(int slot);
+  void release(int slot);
   status attach_netfilter_all(const probe_plan& p);
 
   capture_bpf* skel_ = nullptr;

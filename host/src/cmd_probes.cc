@@ -55,7 +55,7 @@ int cmd_probes(cli::args& a) {
     std::printf("]\n");
     return 0;
   }
-  std::printf("%-15s %-10s %-11s %s\n", "PROBE", "LAYER", "ATTACH", "OTHER METHODS");
+  std::printf("%-18s %-10s %-11s %s\n", "PROBE", "LAYER", "ATTACH", "OTHER METHODS");
   for (const auto& p : plans) {
     std::string chosen =
         p.chosen < 0 ? "unavailable" : std::string(method_name(p.spec->methods[p.chosen].kind));
@@ -66,7 +66,7 @@ int cmd_probes(cli::args& a) {
                 p.spec->methods[i].target + ": " +
                 (p.checks[i].ok ? std::string("available") : p.checks[i].why);
     }
-    std::printf("%-15s %-10s %-11s %s\n", event_name(p.spec->type).c_str(), p.spec->layer,
+    std::printf("%-18s %-10s %-11s %s\n", event_name(p.spec->type).c_str(), p.spec->layer,
                 chosen.c_str(), others.c_str());
   }
   return 0;

@@ -815,20 +815,141 @@ int BPF_PROG(blk_complete_raw, struct request *rq, int error, unsigned int nr_by
 }
 
 /* ------------------------------------------------------------------ */
+/* Latency statistics in kernel (magnet_lat_stat, proto/magnet/control.h). */
+
+static __always_inline __u32 mg_log2(__u64 v)
+{
+	__u32 r = 0, s;
+
+	s = (v > 0xffffffffULL) << 5; v >>= s; r |= s;
+	s = (v > 0xffff) << 4; v >>= s; r |= s;
+	s = (v > 0xff) << 3; v >>= s; r |= s;
+	s = (v > 0xf) << 2; v >>= s; r |= s;
+	s = (v > 0x3) << 1; v >>= s; r |= s;
+	return r | (__u32)(v >> 1);
+}
+
+static __always_inline void mg_lat_add(void *map, const void *key, __u64 ns, __u64 aux)
+{
+	struct magnet_lat_stat *s, zero = {};
+	__u32 b;
+
+	s = bpf_map_lookup_elem(map, key);
+	if (!s) {
+		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(map, key);
+		if (!s)
+			return;
+	}
+	s->count++;
+	s->total_ns += ns;
+	if (ns > s->max_ns)
+		s->max_ns = ns;
+	s->aux += aux;
+	b = mg_log2(ns);
+	if (b >= MAGNET_LAT_BUCKETS)
+		b = MAGNET_LAT_BUCKETS - 1;
+	/* The barrier keeps the mask, which keeps the bound for older
+	 * verifiers (6.1) that lose it on the compiler's copy of b. */
+	asm volatile("" : "+r"(b));
+	s->hist[b & (MAGNET_LAT_BUCKETS - 1)]++;
+}
+
+/* Whether the in-kernel statistics of a probe take this event: they follow
+ * the probe's AGGREGATE bit and VM-only mode (not the record filters). */
+static __always_inline bool mg_stats_take(__u32 slot, __u32 vm, __u32 tgid)
+{
+	__u32 mode;
+
+	if (slot >= MAGNET_NPROBES)
+		return false;
+	mode = probe_ctl[slot].mode;
+	if (!(mode & MAGNET_MODE_AGGREGATE))
+		return false;
+	if ((mode & MAGNET_MODE_VM_ONLY) && !vm)
+		return false;
+	return !(self_tgid && tgid == self_tgid);
+}
+
+/* ------------------------------------------------------------------ */
 /* KVM: the tracepoint format carries the vendor-decoded exit reason,
- * which the tp_btf arguments (vcpu, isa) do not.                      */
+ * which the tp_btf arguments (vcpu, isa) do not.
+ *
+ * Per vCPU thread, the exit being handled: kvm.entry turns it into an
+ * exit -> entry time per reason, kvm.userspace_exit marks it as handled by
+ * the VMM, and kvm.userspace_exit / kvm.wakeup take the vCPU id from it.
+ * The loader attaches kvm_exit_tp for those probes too (probe "needs").  */
+
+struct mg_vcpu_state {
+	__u64 exit_ts; /* 0: no exit pending */
+	__u32 reason;
+	__u32 vcpu_id;
+	__u16 isa;
+	__u16 flags; /* MAGNET_KVM_F_* */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tid */
+	__type(value, struct mg_vcpu_state);
+} vcpu_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, MAGNET_KVM_STATS_ENTRIES);
+	__type(key, struct magnet_kvm_exit_key);
+	__type(value, struct magnet_lat_stat);
+} kvm_exit_stats SEC(".maps");
+
+static __always_inline bool mg_vcpu_state_wanted(void)
+{
+	return probe_ctl[MAGNET_P_KVM_ENTRY].mode ||
+	       probe_ctl[MAGNET_P_KVM_USERSPACE_EXIT].mode ||
+	       probe_ctl[MAGNET_P_KVM_WAKEUP].mode;
+}
+
+static __always_inline __u32 mg_vcpu_of(__u32 tid)
+{
+	struct mg_vcpu_state *s = bpf_map_lookup_elem(&vcpu_state, &tid);
+
+	return s ? s->vcpu_id : 0xffffffff;
+}
 
 SEC("tracepoint/kvm/kvm_exit")
 int kvm_exit_tp(struct trace_event_raw_kvm_exit *ctx)
 {
 	struct magnet_probe_pcpu *st;
 	struct magnet_kvm_exit *p;
+	struct mg_vcpu_state *vs;
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 
-	if (!probe_ctl[MAGNET_P_KVM_EXIT].mode)
+	if (!probe_ctl[MAGNET_P_KVM_EXIT].mode && !mg_vcpu_state_wanted())
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_KVM_EXIT, 0);
+	if (mg_vcpu_state_wanted()) {
+		vs = bpf_map_lookup_elem(&vcpu_state, &ev.tid);
+		if (vs) {
+			vs->exit_ts = ev.now;
+			vs->reason = BPF_CORE_READ(ctx, exit_reason);
+			vs->vcpu_id = BPF_CORE_READ(ctx, vcpu_id);
+			vs->isa = BPF_CORE_READ(ctx, isa);
+			vs->flags = 0;
+		} else {
+			struct mg_vcpu_state n = {
+				.exit_ts = ev.now,
+				.reason = BPF_CORE_READ(ctx, exit_reason),
+				.vcpu_id = BPF_CORE_READ(ctx, vcpu_id),
+				.isa = BPF_CORE_READ(ctx, isa),
+			};
+
+			bpf_map_update_elem(&vcpu_state, &ev.tid, &n, BPF_ANY);
+		}
+	}
+	if (!probe_ctl[MAGNET_P_KVM_EXIT].mode)
+		return 0;
 	ev.aid = ((__u64)ev.tgid << 32) | BPF_CORE_READ(ctx, vcpu_id);
 	st = mg_admit(&ev);
 	if (!st)
@@ -853,13 +974,35 @@ int kvm_entry_tp(struct trace_event_raw_kvm_entry *ctx)
 {
 	struct magnet_probe_pcpu *st;
 	struct magnet_kvm_entry *p;
+	struct mg_vcpu_state *vs;
 	struct magnet_hdr *h;
 	struct mg_ev ev;
+	__u64 exit_ns = 0;
+	__u32 reason = 0, vcpu;
+	__u16 isa = 0, flags = 0;
 
 	if (!probe_ctl[MAGNET_P_KVM_ENTRY].mode)
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_KVM_ENTRY, 0);
-	ev.aid = ((__u64)ev.tgid << 32) | BPF_CORE_READ(ctx, vcpu_id);
+	vcpu = BPF_CORE_READ(ctx, vcpu_id);
+	vs = bpf_map_lookup_elem(&vcpu_state, &ev.tid);
+	if (vs && vs->exit_ts && vs->exit_ts <= ev.now) {
+		exit_ns = ev.now - vs->exit_ts;
+		reason = vs->reason;
+		isa = vs->isa;
+		flags = vs->flags;
+		vs->exit_ts = 0;
+		vs->flags = 0;
+	}
+	if (exit_ns && mg_stats_take(MAGNET_P_KVM_ENTRY, ev.vm, ev.tgid)) {
+		struct magnet_kvm_exit_key k = {
+			.vm_id = ev.vm, .tgid = ev.tgid, .vcpu_id = vcpu,
+			.reason = reason, .isa = isa,
+		};
+
+		mg_lat_add(&kvm_exit_stats, &k, exit_ns, flags & MAGNET_KVM_F_USERSPACE);
+	}
+	ev.aid = ((__u64)ev.tgid << 32) | vcpu;
 	st = mg_admit(&ev);
 	if (!st)
 		return 0;
@@ -867,9 +1010,456 @@ int kvm_entry_tp(struct trace_event_raw_kvm_entry *ctx)
 	if (!h)
 		return 0;
 	p = (void *)(h + 1);
-	p->vcpu_id = BPF_CORE_READ(ctx, vcpu_id);
+	p->vcpu_id = vcpu;
 	p->reserved = 0;
 	p->guest_rip = BPF_CORE_READ(ctx, rip);
+	p->exit_ns = exit_ns;
+	p->exit_reason = reason;
+	p->isa = isa;
+	p->flags = flags;
 	mg_submit(h, sizeof(*h) + sizeof(*p));
 	return 0;
+}
+
+SEC("tracepoint/kvm/kvm_userspace_exit")
+int kvm_uexit_tp(struct trace_event_raw_kvm_userspace_exit *ctx)
+{
+	struct magnet_kvm_userspace_exit *p;
+	struct magnet_probe_pcpu *st;
+	struct mg_vcpu_state *vs;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+	__u32 vcpu = 0xffffffff;
+
+	if (!probe_ctl[MAGNET_P_KVM_USERSPACE_EXIT].mode && !probe_ctl[MAGNET_P_KVM_ENTRY].mode)
+		return 0;
+	mg_ev_task(&ev, MAGNET_P_KVM_USERSPACE_EXIT, 0);
+	vs = bpf_map_lookup_elem(&vcpu_state, &ev.tid);
+	if (vs) {
+		vs->flags |= MAGNET_KVM_F_USERSPACE;
+		vcpu = vs->vcpu_id;
+	}
+	if (!probe_ctl[MAGNET_P_KVM_USERSPACE_EXIT].mode)
+		return 0;
+	ev.aid = ((__u64)ev.tgid << 32) | vcpu;
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_KVM_USERSPACE_EXIT, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->vcpu_id = vcpu;
+	p->reason = BPF_CORE_READ(ctx, reason);
+	p->error = BPF_CORE_READ(ctx, errno);
+	p->reserved = 0;
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tracepoint/kvm/kvm_vcpu_wakeup")
+int kvm_wakeup_tp(struct trace_event_raw_kvm_vcpu_wakeup *ctx)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_kvm_wakeup *p;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+	__u64 ns;
+	__u32 vcpu;
+	__u8 waited;
+
+	if (!probe_ctl[MAGNET_P_KVM_WAKEUP].mode)
+		return 0;
+	mg_ev_task(&ev, MAGNET_P_KVM_WAKEUP, 0);
+	vcpu = mg_vcpu_of(ev.tid);
+	ns = BPF_CORE_READ(ctx, ns);
+	waited = BPF_CORE_READ(ctx, waited);
+	if (mg_stats_take(MAGNET_P_KVM_WAKEUP, ev.vm, ev.tgid)) {
+		struct magnet_kvm_exit_key k = {
+			.vm_id = ev.vm, .tgid = ev.tgid, .vcpu_id = vcpu,
+			.reason = waited ? MAGNET_KVM_REASON_HALT_WAITED
+					 : MAGNET_KVM_REASON_HALT_POLLED,
+		};
+
+		mg_lat_add(&kvm_exit_stats, &k, ns, 0);
+	}
+	ev.aid = ((__u64)ev.tgid << 32) | vcpu;
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_KVM_WAKEUP, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->halt_ns = ns;
+	p->vcpu_id = vcpu;
+	p->waited = waited;
+	p->valid = BPF_CORE_READ(ctx, valid);
+	p->reserved = 0;
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tracepoint/kvm/kvm_halt_poll_ns")
+int kvm_halt_poll_tp(struct trace_event_raw_kvm_halt_poll_ns *ctx)
+{
+	struct magnet_kvm_halt_poll *p;
+	struct magnet_probe_pcpu *st;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+	__u32 vcpu;
+
+	if (!probe_ctl[MAGNET_P_KVM_HALT_POLL].mode)
+		return 0;
+	mg_ev_task(&ev, MAGNET_P_KVM_HALT_POLL, 0);
+	vcpu = BPF_CORE_READ(ctx, vcpu_id);
+	ev.aid = ((__u64)ev.tgid << 32) | vcpu;
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_KVM_HALT_POLL, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->vcpu_id = vcpu;
+	p->new_ns = BPF_CORE_READ(ctx, new);
+	p->old_ns = BPF_CORE_READ(ctx, old);
+	p->grow = BPF_CORE_READ(ctx, grow);
+	p->reserved[0] = p->reserved[1] = p->reserved[2] = 0;
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Drops: kfree_skb with a drop reason (5.17+).  A drop belongs to a VM when
+ * it happens on the VM's tap (e.g. tun_net_xmit with a full ring: the guest
+ * does not take its packets fast enough). */
+
+static __always_inline int mg_drop_event(struct sk_buff *skb, void *location,
+					 __u32 reason, bool direct)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_net_drop *p;
+	struct net_device *dev;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+	__u32 ifindex;
+
+	if (!probe_ctl[MAGNET_P_NET_DROP].mode || !skb)
+		return 0;
+	dev = MG_RD(direct, skb, dev);
+	ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
+	mg_ev_task(&ev, MAGNET_P_NET_DROP, MG_RD(direct, skb, len));
+	ev.vm = mg_vm_of_ifindex(ifindex);
+	ev.aid = mg_id(skb);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, MAGNET_EV_NET_DROP, sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->location = mg_ptr_bits(location);
+	p->reason = reason;
+	p->ifindex = ifindex;
+	p->protocol = bpf_ntohs(MG_RD(direct, skb, protocol));
+	p->reserved = 0;
+	p->reserved2 = 0;
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(drop_btf, struct sk_buff *skb, void *location, int reason)
+{
+	return mg_drop_event(skb, location, reason, true);
+}
+
+SEC("raw_tp/kfree_skb")
+int BPF_PROG(drop_raw, struct sk_buff *skb, void *location, int reason)
+{
+	return mg_drop_event(skb, location, reason, false);
+}
+
+/* ------------------------------------------------------------------ */
+/* Host-side queueing of VM packets: the time from the device a packet
+ * enters the host through (netif_receive_skb) to the device that transmits
+ * it (net_dev_start_xmit), keyed by the sk_buff.  tx: entered on a VM's tap,
+ * leaves on another device; rx: entered on a non-tap device, leaves on a
+ * VM's tap.  An entry is trusted only if the same skb still has the same
+ * data buffer (a freed and reused skb does not match) and is younger than
+ * MG_QUEUE_MAX_NS.  (skb->len differs by the link-layer header the
+ * forwarding path pushes back, so it cannot be compared.)              */
+
+#define MG_QUEUE_MAX_NS 1000000000ULL
+
+struct mg_queued {
+	__u64 ts;
+	__u64 head;
+	__u64 flow;
+	__u32 len;
+	__u32 ifindex;
+	__u32 vm;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* skb address */
+	__type(value, struct mg_queued);
+} queued_tx SEC(".maps"), queued_rx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MAGNET_VMNET_QUEUE_ENTRIES);
+	__type(key, struct magnet_vmnet_queue_key);
+	__type(value, struct magnet_lat_stat);
+} vmnet_queue_stats SEC(".maps");
+
+/* Flow id of the packet at skb->data (an L3 header at netif_receive_skb). */
+static __always_inline __u64 mg_skb_flow(struct sk_buff *skb, bool direct)
+{
+	struct magnet_pkt pkt = {};
+	__u8 raw[MG_HDR_BUF] = {};
+	__u16 rflags = 0;
+	__u16 proto = bpf_ntohs(MG_RD(direct, skb, protocol));
+	const void *l3 = MG_RD(direct, skb, data);
+
+	if (proto != MG_ETH_P_IP && proto != MG_ETH_P_IPV6)
+		return 0;
+	if (bpf_probe_read_kernel(raw, 64, l3))
+		return 0;
+	mg_parse_l3(raw, 64, &pkt, &rflags, MG_SZ_SKB_LEN);
+	return magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport, pkt.protocol);
+}
+
+static __always_inline int mg_queue_in(struct sk_buff *skb, bool tx, bool direct)
+{
+	__u32 slot = tx ? MAGNET_P_VMNET_QUEUE_TX : MAGNET_P_VMNET_QUEUE_RX;
+	struct net_device *dev;
+	struct mg_queued q = {};
+	__u64 key;
+
+	if (!probe_ctl[slot].mode || !filter_ctl.vm_tagging || !skb)
+		return 0;
+	dev = MG_RD(direct, skb, dev);
+	q.ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
+	q.vm = mg_vm_of_ifindex(q.ifindex);
+	if (tx != (q.vm != 0))
+		return 0; /* tx starts on a tap, rx anywhere else */
+	q.ts = bpf_ktime_get_ns();
+	q.head = mg_ptr_bits(MG_RD(direct, skb, head));
+	q.len = MG_RD(direct, skb, len);
+	q.flow = mg_skb_flow(skb, direct);
+	key = mg_ptr_bits(skb);
+	bpf_map_update_elem(tx ? (void *)&queued_tx : (void *)&queued_rx, &key, &q, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *dev,
+					bool tx, bool direct)
+{
+	__u32 slot = tx ? MAGNET_P_VMNET_QUEUE_TX : MAGNET_P_VMNET_QUEUE_RX;
+	void *map = tx ? (void *)&queued_tx : (void *)&queued_rx;
+	struct magnet_vmnet_queue *p;
+	struct magnet_probe_pcpu *st;
+	struct magnet_hdr *h;
+	struct mg_queued *q;
+	struct mg_ev ev;
+	__u32 out_if, vm;
+	__u64 key, delay;
+
+	if (!probe_ctl[slot].mode || !filter_ctl.vm_tagging || !skb || !dev)
+		return 0;
+	key = mg_ptr_bits(skb);
+	q = bpf_map_lookup_elem(map, &key);
+	if (!q)
+		return 0;
+	out_if = MG_RD(direct, dev, ifindex);
+	if (out_if == q->ifindex)
+		return 0; /* not forwarded (yet) */
+	vm = tx ? q->vm : mg_vm_of_ifindex(out_if);
+	mg_ev_task(&ev, slot, MG_RD(direct, skb, len));
+	if (!vm || q->head != mg_ptr_bits(MG_RD(direct, skb, head)) ||
+	    ev.now < q->ts || ev.now - q->ts > MG_QUEUE_MAX_NS) {
+		bpf_map_delete_elem(map, &key);
+		return 0;
+	}
+	delay = ev.now - q->ts;
+	ev.vm = vm;
+	ev.size = q->len; /* as received: without the link-layer header */
+	ev.aid = q->flow;
+	if (mg_stats_take(slot, vm, ev.tgid)) {
+		struct magnet_vmnet_queue_key k = { .vm_id = vm, .dir = tx ? 0 : 1 };
+
+		mg_lat_add(&vmnet_queue_stats, &k, delay, 0);
+	}
+	st = mg_admit(&ev);
+	if (st) {
+		h = mg_reserve(st, &ev, tx ? MAGNET_EV_VMNET_QUEUE_TX : MAGNET_EV_VMNET_QUEUE_RX,
+			       sizeof(*p), 0);
+		if (h) {
+			p = (void *)(h + 1);
+			p->delay_ns = delay;
+			p->in_ifindex = q->ifindex;
+			p->out_ifindex = out_if;
+			mg_submit(h, sizeof(*h) + sizeof(*p));
+		}
+	}
+	bpf_map_delete_elem(map, &key);
+	return 0;
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(queue_tx_in_btf, struct sk_buff *skb)
+{
+	return mg_queue_in(skb, true, true);
+}
+
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(queue_tx_out_btf, struct sk_buff *skb, struct net_device *dev)
+{
+	return mg_queue_out(skb, dev, true, true);
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(queue_rx_in_btf, struct sk_buff *skb)
+{
+	return mg_queue_in(skb, false, true);
+}
+
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(queue_rx_out_btf, struct sk_buff *skb, struct net_device *dev)
+{
+	return mg_queue_out(skb, dev, false, true);
+}
+
+SEC("raw_tp/netif_receive_skb")
+int BPF_PROG(queue_tx_in_raw, struct sk_buff *skb)
+{
+	return mg_queue_in(skb, true, false);
+}
+
+SEC("raw_tp/net_dev_start_xmit")
+int BPF_PROG(queue_tx_out_raw, struct sk_buff *skb, struct net_device *dev)
+{
+	return mg_queue_out(skb, dev, true, false);
+}
+
+SEC("raw_tp/netif_receive_skb")
+int BPF_PROG(queue_rx_in_raw, struct sk_buff *skb)
+{
+	return mg_queue_in(skb, false, false);
+}
+
+SEC("raw_tp/net_dev_start_xmit")
+int BPF_PROG(queue_rx_out_raw, struct sk_buff *skb, struct net_device *dev)
+{
+	return mg_queue_out(skb, dev, false, false);
+}
+
+/* ------------------------------------------------------------------ */
+/* vhost-net: one run of handle_tx / handle_rx in the VM's vhost worker
+ * (a "vhost-<qemu pid>" kernel thread before 6.4, a QEMU thread since),
+ * where kprobes or fentry exist (module functions, no tracepoints).     */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* tid << 1 | rx */
+	__type(value, __u64);
+} vhost_start SEC(".maps");
+
+static __always_inline int mg_vhost_enter(bool rx)
+{
+	__u32 slot = rx ? MAGNET_P_VMNET_VHOST_RX : MAGNET_P_VMNET_VHOST_TX;
+	__u64 key, now;
+
+	if (!probe_ctl[slot].mode)
+		return 0;
+	key = (bpf_get_current_pid_tgid() & 0xffffffff) << 1 | rx;
+	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&vhost_start, &key, &now, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int mg_vhost_exit(bool rx)
+{
+	__u32 slot = rx ? MAGNET_P_VMNET_VHOST_RX : MAGNET_P_VMNET_VHOST_TX;
+	struct magnet_vmnet_vhost *p;
+	struct magnet_probe_pcpu *st;
+	struct magnet_hdr *h;
+	struct mg_ev ev;
+	__u64 key, *t0, dur;
+
+	if (!probe_ctl[slot].mode)
+		return 0;
+	key = (bpf_get_current_pid_tgid() & 0xffffffff) << 1 | rx;
+	t0 = bpf_map_lookup_elem(&vhost_start, &key);
+	if (!t0)
+		return 0;
+	mg_ev_task(&ev, slot, 0);
+	dur = ev.now >= *t0 ? ev.now - *t0 : 0;
+	bpf_map_delete_elem(&vhost_start, &key);
+	ev.aid = ev.tid;
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	h = mg_reserve(st, &ev, rx ? MAGNET_EV_VMNET_VHOST_RX : MAGNET_EV_VMNET_VHOST_TX,
+		       sizeof(*p), 0);
+	if (!h)
+		return 0;
+	p = (void *)(h + 1);
+	p->duration_ns = dur;
+	mg_submit(h, sizeof(*h) + sizeof(*p));
+	return 0;
+}
+
+SEC("fentry/handle_tx")
+int BPF_PROG(vhost_tx_fentry)
+{
+	return mg_vhost_enter(false);
+}
+
+SEC("fexit/handle_tx")
+int BPF_PROG(vhost_tx_fexit)
+{
+	return mg_vhost_exit(false);
+}
+
+SEC("fentry/handle_rx")
+int BPF_PROG(vhost_rx_fentry)
+{
+	return mg_vhost_enter(true);
+}
+
+SEC("fexit/handle_rx")
+int BPF_PROG(vhost_rx_fexit)
+{
+	return mg_vhost_exit(true);
+}
+
+SEC("kprobe/handle_tx")
+int BPF_KPROBE(vhost_tx_kprobe)
+{
+	return mg_vhost_enter(false);
+}
+
+SEC("kretprobe/handle_tx")
+int BPF_KRETPROBE(vhost_tx_kretprobe)
+{
+	return mg_vhost_exit(false);
+}
+
+SEC("kprobe/handle_rx")
+int BPF_KPROBE(vhost_rx_kprobe)
+{
+	return mg_vhost_enter(true);
+}
+
+SEC("kretprobe/handle_rx")
+int BPF_KRETPROBE(vhost_rx_kretprobe)
+{
+	return mg_vhost_exit(true);
 }

@@ -96,6 +96,15 @@ struct mg_btf_anchor {
 	struct magnet_blk blk;
 	struct magnet_kvm_exit kvm_exit;
 	struct magnet_kvm_entry kvm_entry;
+	struct magnet_kvm_userspace_exit kvm_userspace_exit;
+	struct magnet_kvm_wakeup kvm_wakeup;
+	struct magnet_kvm_halt_poll kvm_halt_poll;
+	struct magnet_net_drop net_drop;
+	struct magnet_vmnet_queue vmnet_queue;
+	struct magnet_vmnet_vhost vmnet_vhost;
+	struct magnet_lat_stat lat_stat;
+	struct magnet_kvm_exit_key kvm_exit_key;
+	struct magnet_vmnet_queue_key vmnet_queue_key;
 };
 
 struct {

@@ -27,6 +27,9 @@ std::string event_name(uint16_t type);  // "0x1234" for unknown ids
 
 // Size of the fixed payload struct of a kind (0 for none/unknown).
 size_t payload_size(uint16_t payload_kind);
+// Smallest payload a reader accepts: fields appended by a later format minor
+// may be missing from records an older writer made.
+size_t payload_min_size(uint16_t payload_kind);
 std::string_view payload_kind_name(uint16_t payload_kind);
 
 // Probe slot of a probe-produced event type, or -1.

@@ -1,6 +1,7 @@
 #include "magnet/events.h"
 
 #include <array>
+#include <cstddef>
 #include <cstdio>
 
 namespace magnet {
@@ -18,7 +19,10 @@ constexpr std::array<uint16_t, MAGNET_NPROBES> kSlotTypes = {
     MAGNET_EV_NET_DEV_XMIT,  MAGNET_EV_NET_DEV_RECV,  MAGNET_EV_NET_TCP_STATE,
     MAGNET_EV_SCHED_SWITCH,  MAGNET_EV_SCHED_WAKEUP,  MAGNET_EV_PROC_FORK,
     MAGNET_EV_PROC_EXIT,     MAGNET_EV_BLK_ISSUE,     MAGNET_EV_BLK_COMPLETE,
-    MAGNET_EV_KVM_EXIT,      MAGNET_EV_KVM_ENTRY,
+    MAGNET_EV_KVM_EXIT,      MAGNET_EV_KVM_ENTRY,     MAGNET_EV_KVM_USERSPACE_EXIT,
+    MAGNET_EV_KVM_WAKEUP,    MAGNET_EV_KVM_HALT_POLL, MAGNET_EV_NET_DROP,
+    MAGNET_EV_VMNET_QUEUE_TX, MAGNET_EV_VMNET_QUEUE_RX, MAGNET_EV_VMNET_VHOST_TX,
+    MAGNET_EV_VMNET_VHOST_RX,
 };
 
 }  // namespace
@@ -59,15 +63,28 @@ size_t payload_size(uint16_t kind) {
     case MAGNET_PL_BLK: return sizeof(magnet_blk);
     case MAGNET_PL_KVM_EXIT: return sizeof(magnet_kvm_exit);
     case MAGNET_PL_KVM_ENTRY: return sizeof(magnet_kvm_entry);
+    case MAGNET_PL_KVM_USERSPACE_EXIT: return sizeof(magnet_kvm_userspace_exit);
+    case MAGNET_PL_KVM_WAKEUP: return sizeof(magnet_kvm_wakeup);
+    case MAGNET_PL_KVM_HALT_POLL: return sizeof(magnet_kvm_halt_poll);
+    case MAGNET_PL_NET_DROP: return sizeof(magnet_net_drop);
+    case MAGNET_PL_VMNET_QUEUE: return sizeof(magnet_vmnet_queue);
+    case MAGNET_PL_VMNET_VHOST: return sizeof(magnet_vmnet_vhost);
     default: return 0;
   }
+}
+
+size_t payload_min_size(uint16_t kind) {
+  // Minor 0 wrote kvm.entry without the exit fields appended in minor 1.
+  if (kind == MAGNET_PL_KVM_ENTRY) return offsetof(magnet_kvm_entry, exit_ns);
+  return payload_size(kind);
 }
 
 std::string_view payload_kind_name(uint16_t kind) {
   static constexpr std::string_view names[] = {
       "none",  "sysinfo", "lost",         "event_desc",   "sock",
       "pkt",   "tcp_state", "sched_switch", "sched_wakeup", "proc_fork",
-      "proc_exit", "blk", "kvm_exit",     "kvm_entry"};
+      "proc_exit", "blk", "kvm_exit",     "kvm_entry", "kvm_userspace_exit",
+      "kvm_wakeup", "kvm_halt_poll", "net_drop", "vmnet_queue", "vmnet_vhost"};
   static_assert(std::size(names) == MAGNET_PL_COUNT);
   return kind < MAGNET_PL_COUNT ? names[kind] : "unknown";
 }

@@ -89,6 +89,32 @@ const field kKvmExit[] = {
 };
 const field kKvmEntry[] = {
     F(magnet_kvm_entry, vcpu_id, u32), F(magnet_kvm_entry, guest_rip, hex64),
+    F(magnet_kvm_entry, exit_ns, u64), F(magnet_kvm_entry, exit_reason, u32),
+    FN(magnet_kvm_entry, "exit_isa", isa, u16), FN(magnet_kvm_entry, "kvm_flags", flags, u16),
+};
+const field kKvmUserspaceExit[] = {
+    F(magnet_kvm_userspace_exit, vcpu_id, u32),
+    FN(magnet_kvm_userspace_exit, "userspace_reason", reason, u32),
+    FN(magnet_kvm_userspace_exit, "kvm_error", error, s32),
+};
+const field kKvmWakeup[] = {
+    F(magnet_kvm_wakeup, vcpu_id, u32), F(magnet_kvm_wakeup, halt_ns, u64),
+    F(magnet_kvm_wakeup, waited, u8), F(magnet_kvm_wakeup, valid, u8),
+};
+const field kKvmHaltPoll[] = {
+    F(magnet_kvm_halt_poll, vcpu_id, u32), F(magnet_kvm_halt_poll, new_ns, u32),
+    F(magnet_kvm_halt_poll, old_ns, u32), F(magnet_kvm_halt_poll, grow, u8),
+};
+const field kNetDrop[] = {
+    F(magnet_net_drop, location, hex64), FN(magnet_net_drop, "drop_reason", reason, u32),
+    F(magnet_net_drop, ifindex, u32), FN(magnet_net_drop, "l3proto", protocol, u16),
+};
+const field kVmnetQueue[] = {
+    F(magnet_vmnet_queue, delay_ns, u64), F(magnet_vmnet_queue, in_ifindex, u32),
+    F(magnet_vmnet_queue, out_ifindex, u32),
+};
+const field kVmnetVhost[] = {
+    F(magnet_vmnet_vhost, duration_ns, u64),
 };
 #undef F
 #undef FN
@@ -194,6 +220,12 @@ std::span<const field> payload_fields(uint16_t kind) {
     case MAGNET_PL_BLK: return kBlk;
     case MAGNET_PL_KVM_EXIT: return kKvmExit;
     case MAGNET_PL_KVM_ENTRY: return kKvmEntry;
+    case MAGNET_PL_KVM_USERSPACE_EXIT: return kKvmUserspaceExit;
+    case MAGNET_PL_KVM_WAKEUP: return kKvmWakeup;
+    case MAGNET_PL_KVM_HALT_POLL: return kKvmHaltPoll;
+    case MAGNET_PL_NET_DROP: return kNetDrop;
+    case MAGNET_PL_VMNET_QUEUE: return kVmnetQueue;
+    case MAGNET_PL_VMNET_VHOST: return kVmnetVhost;
     default: return {};
   }
 }
@@ -215,7 +247,7 @@ status check_record(std::span<const uint8_t> buf, std::string_view where) {
   if (h.type == 0)
     return error{std::string(where) + ": corrupt record: event id 0 is invalid"};
   if (auto* e = find_event(h.type)) {
-    size_t need = sizeof(magnet_hdr) + payload_size(e->payload_kind);
+    size_t need = sizeof(magnet_hdr) + payload_min_size(e->payload_kind);
     if (h.len < need)
       return error{std::string(where) + ": corrupt record: " + std::string(e->name) +
                    " is " + std::to_string(h.len) + " bytes, its payload needs " +
@@ -241,7 +273,9 @@ void swap_payload(uint8_t* rec) {
   auto* e = find_event(hdr_of(rec).type);
   if (!e) return;  // opaque: unknown layout
   uint8_t* p = rec + sizeof(magnet_hdr);
+  const size_t plen = hdr_of(rec).len - sizeof(magnet_hdr);
   for (const auto& f : payload_fields(e->payload_kind)) {
+    if (f.off + f.size > plen) continue;  // written by an older minor
     switch (f.size) {
       case 2: if (f.type != ftype::str) swap_at<uint16_t>(p + f.off); break;
       case 4: if (f.type != ftype::str) swap_at<uint32_t>(p + f.off); break;
@@ -264,6 +298,10 @@ std::string format_record(const uint8_t* rec, out_format fmt) {
   const auto& h = hdr_of(rec);
   const auto* e = find_event(h.type);
   auto fields = e ? payload_fields(e->payload_kind) : std::span<const field>{};
+  // Fields appended by a later minor than the writer's are absent.
+  const size_t plen = h.len - sizeof(magnet_hdr);
+  while (!fields.empty() && fields.back().off + fields.back().size > plen)
+    fields = fields.first(fields.size() - 1);
   const uint8_t* pl = rec + sizeof(magnet_hdr);
   std::string name = event_name(h.type);
   const bool v6 = record_is_v6(pl, fields);

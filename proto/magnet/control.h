@@ -72,7 +72,46 @@ struct magnet_agg {
 };
 #define MAGNET_AGG_ENTRIES (MAGNET_NPROBES * (MAGNET_MAX_VM_ID + 1))
 
+/*
+ * Latency statistics kept in kernel (per-CPU hash maps, summed by user
+ * space): count, total, max and a log2 histogram, bucket i holding values in
+ * [2^i, 2^(i+1)) ns (bucket 0 also holds 0; the last one everything above).
+ */
+#define MAGNET_LAT_BUCKETS 32
+struct magnet_lat_stat {
+	__u64 count;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u64 aux; /* kvm_exit_stats: exits that went out to userspace */
+	__u64 hist[MAGNET_LAT_BUCKETS];
+};
+
+/* kvm_exit_stats map: exit -> entry time per VM, QEMU process, vCPU and exit
+ * reason, updated by kvm.entry in AGGREGATE mode.  The kvm.wakeup probe in
+ * AGGREGATE mode adds halt times under the two pseudo reasons below. */
+struct magnet_kvm_exit_key {
+	__u32 vm_id;
+	__u32 tgid;
+	__u32 vcpu_id;
+	__u32 reason; /* VMX/SVM exit code (isa in magnet_kvm_entry), or below */
+	__u32 isa;    /* 1 = VMX, 2 = SVM, 0 for the pseudo reasons */
+};
+#define MAGNET_KVM_REASON_HALT_POLLED 0xffff0001u /* halt ended while polling */
+#define MAGNET_KVM_REASON_HALT_WAITED 0xffff0002u /* halt ended after sleeping */
+#define MAGNET_KVM_STATS_ENTRIES 16384
+
+/* vmnet_queue_stats map: host queueing delay per VM and direction,
+ * updated by vmnet.queue.tx/rx in AGGREGATE mode. */
+struct magnet_vmnet_queue_key {
+	__u32 vm_id;
+	__u32 dir; /* 0 = tx (guest -> wire), 1 = rx (wire -> guest) */
+};
+#define MAGNET_VMNET_QUEUE_ENTRIES 1024
+
 MAGNET_ASSERT_SIZE(magnet_probe_ctl, 16);
+MAGNET_ASSERT_SIZE(magnet_lat_stat, 288);
+MAGNET_ASSERT_SIZE(magnet_kvm_exit_key, 20);
+MAGNET_ASSERT_SIZE(magnet_vmnet_queue_key, 8);
 MAGNET_ASSERT_SIZE(magnet_probe_pcpu, 64);
 MAGNET_ASSERT_SIZE(magnet_agg, 16);
 

@@ -28,7 +28,7 @@
 #endif
 
 #define MAGNET_FORMAT_MAJOR 1
-#define MAGNET_FORMAT_MINOR 0
+#define MAGNET_FORMAT_MINOR 1
 
 /* Written natively into the sysinfo record: a reader that sees the bytes
  * reversed knows the trace was written on a machine of the other endianness. */
@@ -59,6 +59,12 @@ enum magnet_payload_kind {
 	MAGNET_PL_BLK = 11,
 	MAGNET_PL_KVM_EXIT = 12,
 	MAGNET_PL_KVM_ENTRY = 13,
+	MAGNET_PL_KVM_USERSPACE_EXIT = 14, /* minor 1 */
+	MAGNET_PL_KVM_WAKEUP = 15,
+	MAGNET_PL_KVM_HALT_POLL = 16,
+	MAGNET_PL_NET_DROP = 17,
+	MAGNET_PL_VMNET_QUEUE = 18,
+	MAGNET_PL_VMNET_VHOST = 19,
 	MAGNET_PL_COUNT
 };
 
@@ -89,6 +95,7 @@ enum magnet_payload_kind {
 	X(NET_DEV_XMIT, 0x0106, "net.dev.xmit", MAGNET_PL_PKT)                \
 	X(NET_DEV_RECV, 0x0107, "net.dev.recv", MAGNET_PL_PKT)                \
 	X(NET_TCP_STATE, 0x0108, "net.tcp.state", MAGNET_PL_TCP_STATE)        \
+	X(NET_DROP, 0x0109, "net.drop", MAGNET_PL_NET_DROP)                   \
 	X(SCHED_SWITCH, 0x0200, "sched.switch", MAGNET_PL_SCHED_SWITCH)       \
 	X(SCHED_WAKEUP, 0x0201, "sched.wakeup", MAGNET_PL_SCHED_WAKEUP)       \
 	X(PROC_FORK, 0x0202, "proc.fork", MAGNET_PL_PROC_FORK)                \
@@ -96,7 +103,15 @@ enum magnet_payload_kind {
 	X(BLK_ISSUE, 0x0300, "blk.issue", MAGNET_PL_BLK)                      \
 	X(BLK_COMPLETE, 0x0301, "blk.complete", MAGNET_PL_BLK)                \
 	X(KVM_EXIT, 0x0400, "kvm.exit", MAGNET_PL_KVM_EXIT)                   \
-	X(KVM_ENTRY, 0x0401, "kvm.entry", MAGNET_PL_KVM_ENTRY)
+	X(KVM_ENTRY, 0x0401, "kvm.entry", MAGNET_PL_KVM_ENTRY)                \
+	X(KVM_USERSPACE_EXIT, 0x0402, "kvm.userspace_exit",                  \
+	  MAGNET_PL_KVM_USERSPACE_EXIT)                                      \
+	X(KVM_WAKEUP, 0x0403, "kvm.wakeup", MAGNET_PL_KVM_WAKEUP)             \
+	X(KVM_HALT_POLL, 0x0404, "kvm.halt_poll", MAGNET_PL_KVM_HALT_POLL)    \
+	X(VMNET_QUEUE_TX, 0x0500, "vmnet.queue.tx", MAGNET_PL_VMNET_QUEUE)    \
+	X(VMNET_QUEUE_RX, 0x0501, "vmnet.queue.rx", MAGNET_PL_VMNET_QUEUE)    \
+	X(VMNET_VHOST_TX, 0x0502, "vmnet.vhost.tx", MAGNET_PL_VMNET_VHOST)    \
+	X(VMNET_VHOST_RX, 0x0503, "vmnet.vhost.rx", MAGNET_PL_VMNET_VHOST)
 
 enum magnet_event_type {
 #define MAGNET_X_ENUM(sym, id, name, pl) MAGNET_EV_##sym = id,
@@ -127,6 +142,15 @@ enum magnet_probe_slot {
 	MAGNET_P_BLK_COMPLETE,
 	MAGNET_P_KVM_EXIT,
 	MAGNET_P_KVM_ENTRY,
+	/* minor 1 */
+	MAGNET_P_KVM_USERSPACE_EXIT,
+	MAGNET_P_KVM_WAKEUP,
+	MAGNET_P_KVM_HALT_POLL,
+	MAGNET_P_NET_DROP,
+	MAGNET_P_VMNET_QUEUE_TX,
+	MAGNET_P_VMNET_QUEUE_RX,
+	MAGNET_P_VMNET_VHOST_TX,
+	MAGNET_P_VMNET_VHOST_RX,
 	MAGNET_NPROBES
 };
 
@@ -311,6 +335,71 @@ struct magnet_kvm_entry {
 	__u32 vcpu_id;
 	__u32 reserved;
 	__u64 guest_rip;
+	/* minor 1: the exit this entry ends (0 / 0 when kvm.entry saw no exit
+	 * of this vCPU thread since it was enabled) */
+	__u64 exit_ns;     /* kvm.exit -> kvm.entry of this vCPU thread */
+	__u32 exit_reason; /* as in kvm.exit (VMX or SVM code, see isa) */
+	__u16 isa;         /* 1 = VMX, 2 = SVM */
+	__u16 flags;       /* MAGNET_KVM_F_* */
+};
+
+/* magnet_kvm_entry.flags */
+enum magnet_kvm_flags {
+	MAGNET_KVM_F_USERSPACE = 1 << 0, /* the exit went out to the VMM (QEMU) */
+};
+
+/* kvm.userspace_exit: KVM_RUN returns to the VMM. */
+struct magnet_kvm_userspace_exit {
+	__u32 vcpu_id; /* 0xffffffff when no kvm.exit of this thread was seen */
+	__u32 reason;  /* KVM_EXIT_* of linux/kvm.h (IO, MMIO, ...) */
+	__s32 error;   /* negative errno of KVM_RUN, 0 on success */
+	__u32 reserved;
+};
+
+/* kvm.wakeup: a halted vCPU resumes (kvm_vcpu_halt). */
+struct magnet_kvm_wakeup {
+	__u64 halt_ns; /* time spent halted (polling and/or sleeping) */
+	__u32 vcpu_id; /* 0xffffffff when unknown */
+	__u8 waited;   /* 1: the thread slept; 0: halt polling caught the wakeup */
+	__u8 valid;    /* 1: a real wakeup event (kvm_vcpu_valid_wakeup) */
+	__u16 reserved;
+};
+
+/* kvm.halt_poll: KVM adjusts a vCPU's halt-polling window. */
+struct magnet_kvm_halt_poll {
+	__u32 vcpu_id;
+	__u32 new_ns;
+	__u32 old_ns;
+	__u8 grow; /* 1: grown, 0: shrunk */
+	__u8 reserved[3];
+};
+
+/* net.drop: a packet freed as dropped (kfree_skb with a drop reason);
+ * hdr.vm_id from the device's ifindex (a VM's tap), hdr.size = skb->len. */
+struct magnet_net_drop {
+	__u64 location; /* kernel text address that dropped it */
+	__u32 reason;   /* enum skb_drop_reason of the running kernel */
+	__u32 ifindex;  /* skb->dev, 0 if none */
+	__u16 protocol; /* skb->protocol, host order (0x0800 IPv4, ...) */
+	__u16 reserved;
+	__u32 reserved2;
+};
+
+/* vmnet.queue.tx / .rx: host-side queueing of a VM's packet, from the
+ * device it entered the host through (netif_receive_skb) to the device
+ * that transmits it (net_dev_start_xmit).  tx: guest tap -> other device
+ * (the wire); rx: other device -> guest tap.  hdr.size = skb->len,
+ * hdr.abstract_id = the flow id (proto/magnet/flow.h) when IPv4/IPv6. */
+struct magnet_vmnet_queue {
+	__u64 delay_ns;
+	__u32 in_ifindex;
+	__u32 out_ifindex;
+};
+
+/* vmnet.vhost.tx / .rx: one run of vhost-net's handle_tx / handle_rx in
+ * the VM's vhost worker (hdr.tid). */
+struct magnet_vmnet_vhost {
+	__u64 duration_ns;
 };
 
 /* Layout guards, checked by clang -target bpf and by g++ alike. */
@@ -334,7 +423,13 @@ MAGNET_ASSERT_SIZE(magnet_proc_fork, 40);
 MAGNET_ASSERT_SIZE(magnet_proc_exit, 24);
 MAGNET_ASSERT_SIZE(magnet_blk, 40);
 MAGNET_ASSERT_SIZE(magnet_kvm_exit, 40);
-MAGNET_ASSERT_SIZE(magnet_kvm_entry, 16);
+MAGNET_ASSERT_SIZE(magnet_kvm_entry, 32);
+MAGNET_ASSERT_SIZE(magnet_kvm_userspace_exit, 16);
+MAGNET_ASSERT_SIZE(magnet_kvm_wakeup, 16);
+MAGNET_ASSERT_SIZE(magnet_kvm_halt_poll, 16);
+MAGNET_ASSERT_SIZE(magnet_net_drop, 24);
+MAGNET_ASSERT_SIZE(magnet_vmnet_queue, 16);
+MAGNET_ASSERT_SIZE(magnet_vmnet_vhost, 8);
 MAGNET_STATIC_ASSERT(__builtin_offsetof(struct magnet_hdr, type) == 32, "hdr.type moved");
 MAGNET_STATIC_ASSERT(__builtin_offsetof(struct magnet_hdr, len) == 36, "hdr.len moved");
 

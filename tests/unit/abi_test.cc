@@ -49,6 +49,7 @@ TEST(Abi, EventIdsAreUniqueAndInTheirReservedRanges) {
     else if (n.starts_with("sched.") || n.starts_with("proc.")) EXPECT_TRUE(e.type >= 0x0200 && e.type < 0x0300);
     else if (n.starts_with("blk.")) EXPECT_TRUE(e.type >= 0x0300 && e.type < 0x0400);
     else if (n.starts_with("kvm.")) EXPECT_TRUE(e.type >= 0x0400 && e.type < 0x0500);
+    else if (n.starts_with("vmnet.")) EXPECT_TRUE(e.type >= 0x0500 && e.type < 0x0600);
     else ADD_FAILURE() << "event outside any reserved range";
   }
 }

@@ -16,7 +16,7 @@ TEST(Events, SelectByExactNameAndPrefix) {
 
   auto net = select_events("net");
   ASSERT_TRUE(net);
-  EXPECT_EQ(net->size(), 9u);  // 8 layer events + tcp state
+  EXPECT_EQ(net->size(), 10u);  // 8 layer events + tcp state + drops
 
   auto star = select_events(" net.dev.* , sched.switch ");
   ASSERT_TRUE(star);
