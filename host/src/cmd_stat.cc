@@ -23,6 +23,28 @@ static const char* kStatHelp =
     "  -d, --duration T    stop after T\n"
     "      --json          JSON Lines output\n";
 
+void every_interval(uint64_t iv, uint64_t max_n, uint64_t dur_ns,
+                    const std::function<void(double, double)>& report) {
+  install_stop_handlers();
+  const uint64_t t0 = monotonic_ns();
+  uint64_t last = t0;
+  for (uint64_t n = 0; !stop_requested();) {
+    uint64_t next = last + iv;
+    if (dur_ns) next = std::min(next, t0 + dur_ns);
+    while (!stop_requested()) {
+      uint64_t now = monotonic_ns();
+      if (now >= next) break;
+      ::poll(nullptr, 0, static_cast<int>(std::min<uint64_t>((next - now) / 1'000'000 + 1, 200)));
+    }
+    uint64_t now = monotonic_ns();
+    double secs = static_cast<double>(now - last) / 1e9;
+    last = now;
+    report(static_cast<double>(now - t0) / 1e9, secs);
+    ++n;
+    if ((max_n && n >= max_n) || (dur_ns && now - t0 >= dur_ns)) break;
+  }
+}
+
 int cmd_stat(cli::args& a) {
   if (a.flag("--help", "-h")) {
     std::fputs(kStatHelp, stdout);
@@ -62,27 +84,13 @@ int cmd_stat(cli::args& a) {
     }
     on.insert(t);
   }
-  install_stop_handlers();
   std::map<std::pair<uint16_t, uint32_t>, magnet_agg> prev;
-  const uint64_t t0 = monotonic_ns();
-  uint64_t last = t0;
-  for (uint64_t n = 0; !stop_requested();) {
-    uint64_t next = last + iv;
-    if (dur_ns) next = std::min(next, t0 + dur_ns);
-    while (!stop_requested()) {
-      uint64_t now = monotonic_ns();
-      if (now >= next) break;
-      ::poll(nullptr, 0, static_cast<int>(std::min<uint64_t>((next - now) / 1'000'000 + 1, 200)));
-    }
-    uint64_t now = monotonic_ns();
-    double secs = static_cast<double>(now - last) / 1e9;
-    last = now;
+  every_interval(iv, max_n, dur_ns, [&](double elapsed, double secs) {
     (*cap)->rescan_netns();
     if (json)
-      std::printf("{\"elapsed_s\":%.3f,\"interval_s\":%.3f,\"rows\":[",
-                  static_cast<double>(now - t0) / 1e9, secs);
+      std::printf("{\"elapsed_s\":%.3f,\"interval_s\":%.3f,\"rows\":[", elapsed, secs);
     else
-      std::printf("%-15s %-10s %4s %12s %12s %14s %10s\n", "PROBE", "LAYER", "VM", "EVENTS",
+      std::printf("%-18s %-10s %4s %12s %12s %14s %10s\n", "PROBE", "LAYER", "VM", "EVENTS",
                   "EVENTS/S", "BYTES", "MBIT/S");
     bool first = true;
     for (uint16_t t : on) {
@@ -100,7 +108,7 @@ int cmd_stat(cli::args& a) {
                       static_cast<unsigned long long>(cur.events),
                       static_cast<unsigned long long>(cur.bytes), ev_s, mbit);
         else
-          std::printf("%-15s %-10s %4u %12llu %12.1f %14llu %10.3f\n", event_name(t).c_str(),
+          std::printf("%-18s %-10s %4u %12llu %12.1f %14llu %10.3f\n", event_name(t).c_str(),
                       spec->layer, vm, static_cast<unsigned long long>(cur.events), ev_s,
                       static_cast<unsigned long long>(cur.bytes), mbit);
         first = false;
@@ -109,9 +117,7 @@ int cmd_stat(cli::args& a) {
     }
     std::printf(json ? "]}\n" : "\n");
     std::fflush(stdout);
-    ++n;
-    if ((max_n && n >= max_n) || (dur_ns && now - t0 >= dur_ns)) break;
-  }
+  });
   return 0;
 }
 

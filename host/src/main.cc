@@ -18,6 +18,7 @@ const char* kHelp =
     "  record   record events into a trace file\n"
     "  dump     print a trace file as text, CSV or JSON\n"
     "  stat     live per-layer counts from in-kernel aggregation\n"
+    "  kvm      KVM exits and exit->entry time per reason, per VM\n"
     "  host     the host daemon: VM registry, probes, per-VM views\n"
     "  top      live per-VM table from the host daemon\n"
     "  views    the host daemon's views, per VM\n"
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
     if (cmd == "record") return host::cmd_record(rest);
     if (cmd == "dump") return host::cmd_dump(rest);
     if (cmd == "stat") return host::cmd_stat(rest);
+    if (cmd == "kvm") return host::cmd_kvm(rest);
     if (cmd == "host") return host::cmd_host(rest);
     if (cmd == "top") return host::cmd_top(rest);
     if (cmd == "views") return host::cmd_views(rest);
