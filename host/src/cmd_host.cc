@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "daemon.h"
 #include "magnet/events.h"
@@ -22,7 +24,8 @@ static const char* kHostHelp =
     "      --views FILE       YAML view definitions (default: built in,\n"
     "                         see --print-default-views)\n"
     "      --socket PATH      query socket (default /run/magnet/host.sock)\n"
-    "  -p, --probes LIST      probes (default net.dev,sched,kvm.exit,blk)\n"
+    "  -p, --probes LIST      probes (default net.dev,net.drop,vmnet.queue,sched,\n"
+    "                         kvm.exit,kvm.entry,kvm.wakeup,blk)\n"
     "  -b, --buffer SIZE      ring buffer size (default 16M)\n"
     "  -d, --duration T       stop after T\n"
     "      --check-views FILE validate a view file and exit\n"
@@ -33,7 +36,10 @@ static const char* kTopHelp =
     "\n"
     "Live per-VM table from the host daemon: vCPU run / wait (runnable, not\n"
     "running: the host side of steal) / halt as fractions of one CPU summed over\n"
-    "the VM's vCPUs, KVM exits/s, and guest rx/tx Mbit/s on its taps.\n";
+    "the VM's vCPUs, KVM exits/s and EXIT% (time in exit handling other than\n"
+    "halts, same unit), guest rx/tx Mbit/s on its taps, host queueing delay\n"
+    "(mean, microseconds) guest -> wire (QTX) and wire -> guest (QRX), and\n"
+    "packets dropped on its taps per second.\n";
 
 static const char* kViewsHelp =
     "Usage: magnet views [--vm NAME|UUID|ID] [--socket PATH] [--json]\n"
@@ -123,23 +129,25 @@ int cmd_top(cli::args& a) {
     if (json) {
       std::printf("%s\n", r.body.c_str());
     } else {
-      // A light renderer over the JSON: one row per VM.
-      std::printf("%-4s %-20s %5s %7s %7s %7s %10s %10s %10s\n", "VM", "NAME", "VCPUS", "RUN",
-                  "WAIT", "HALT", "EXITS/S", "RX MBIT/S", "TX MBIT/S");
-      const std::string& b = r.body;
-      for (size_t p = b.find("{\"vm\":"); p != std::string::npos; p = b.find("{\"vm\":", p + 1)) {
-        unsigned vm = 0;
-        char name[128] = {};
-        int vcpus = 0;
-        double run = 0, wait = 0, halt = 0, exits = 0, rx = 0, tx = 0;
-        if (std::sscanf(b.c_str() + p,
-                        "{\"vm\":%u,\"name\":\"%127[^\"]\",\"vcpus\":%d,\"vcpu_run\":%lf,"
-                        "\"vcpu_wait\":%lf,\"vcpu_halt\":%lf,\"exits_per_s\":%lf,\"rx_mbps\":%lf,"
-                        "\"tx_mbps\":%lf",
-                        &vm, name, &vcpus, &run, &wait, &halt, &exits, &rx, &tx) == 9)
-          std::printf("%-4u %-20s %5d %6.1f%% %6.1f%% %6.1f%% %10.0f %10.3f %10.3f\n", vm, name,
-                      vcpus, run * 100, wait * 100, halt * 100, exits, rx, tx);
+      // One row per VM.
+      auto j = nlohmann::json::parse(r.body, nullptr, false);
+      if (j.is_discarded() || !j.contains("vms")) {
+        std::fprintf(stderr, "magnet top: malformed reply from the daemon\n");
+        return 1;
       }
+      std::printf("%-4s %-16s %5s %7s %7s %7s %9s %7s %9s %9s %9s %9s %8s\n", "VM", "NAME",
+                  "VCPUS", "RUN", "WAIT", "HALT", "EXITS/S", "EXIT%", "RX MBIT/S", "TX MBIT/S",
+                  "QTX US", "QRX US", "DROPS/S");
+      for (const auto& v : j["vms"])
+        std::printf("%-4u %-16.16s %5d %6.1f%% %6.1f%% %6.1f%% %9.0f %6.2f%% %9.3f %9.3f %9.1f %9.1f "
+                    "%8.1f\n",
+                    v.value("vm", 0u), v.value("name", std::string("?")).c_str(),
+                    v.value("vcpus", 0), v.value("vcpu_run", 0.0) * 100,
+                    v.value("vcpu_wait", 0.0) * 100, v.value("vcpu_halt", 0.0) * 100,
+                    v.value("exits_per_s", 0.0), v.value("exit_time", 0.0) * 100,
+                    v.value("rx_mbps", 0.0), v.value("tx_mbps", 0.0),
+                    v.value("queue_tx_us", 0.0), v.value("queue_rx_us", 0.0),
+                    v.value("drops_per_s", 0.0));
       std::printf("\n");
     }
     std::fflush(stdout);

@@ -6,6 +6,7 @@
 #include <utility>  // before asio: Boost 1.74 forgets it for C++20
 
 #include <boost/asio.hpp>
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -43,6 +44,15 @@ views:
     filter: "event == blk.complete"
     per_vm: true
     windows: [{ms: 1000}]
+  - name: host-queue          # guest packets forwarded by the host (vmnet.queue)
+    filter: "event == vmnet.queue.tx or event == vmnet.queue.rx"
+    per_vm: true
+    windows: [{ms: 1000}]
+    group_by: [connection]
+  - name: drops               # packets dropped on the VM's taps
+    filter: "event == net.drop"
+    per_vm: true
+    windows: [{ms: 1000}]
 )";
 
 namespace {
@@ -57,10 +67,21 @@ std::string jstr(std::string_view s) {
   return o + "\"";
 }
 
+struct exit_row {
+  std::string reason;
+  uint32_t code = 0, isa = 0;
+  double per_s = 0, mean_us = 0, p99_us = 0, time_frac = 0;  // of one vCPU
+  uint64_t userspace = 0;
+};
+
 struct vm_rates {
-  double exits_per_s = 0, rx_mbps = 0, tx_mbps = 0;
+  double exits_per_s = 0, rx_mbps = 0, tx_mbps = 0, drops_per_s = 0;
   double run = 0, wait = 0, halt = 0;  // fractions of one vCPU, summed over vCPUs
+  double exit_time = 0;                // exit handling but halts, same unit
   std::map<int, std::array<double, 3>> per_vcpu;
+  std::vector<exit_row> exits;         // by time, largest first
+  // Host queueing delay (vmnet.queue): [0] guest -> wire, [1] wire -> guest.
+  std::array<double, 2> queue_mean_us{}, queue_p99_us{}, queue_per_s{};
 };
 
 class host_daemon : public vm_tagger {
@@ -124,6 +145,10 @@ class host_daemon : public vm_tagger {
   std::map<uint32_t, vm_info> vms_;
   std::map<uint32_t, vm_rates> rates_;
   std::map<std::pair<uint16_t, uint32_t>, magnet_agg> prev_agg_;
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, lat_stat> prev_kvm_;  // vm isa reason
+  std::map<std::pair<uint32_t, uint32_t>, lat_stat> prev_queue_;         // vm dir
+  void kernel_stats(double secs, std::map<uint32_t, vm_rates>& r);
+  std::string kvm_json(uint32_t vm);
   std::map<pid_t, vcpu_times> prev_vcpu_;
   uint64_t prev_tick_ns_ = 0, start_ns_ = 0;
   int ticks_ = 0;
@@ -161,7 +186,8 @@ status host_daemon::setup_capture() {
     // event is counted in kernel; events are streamed for the engine and for
     // the vCPU accounting (sched).
     uint32_t mode = MAGNET_MODE_AGGREGATE | MAGNET_MODE_VM_ONLY | MAGNET_MODE_STREAM;
-    if (t == MAGNET_EV_KVM_EXIT || t == MAGNET_EV_KVM_ENTRY) mode &= ~MAGNET_MODE_STREAM;
+    // KVM figures come from in-kernel statistics: exits are too many to stream.
+    if (event_name(t).rfind("kvm.", 0) == 0) mode &= ~MAGNET_MODE_STREAM;
     if (auto s = cap_->set_mode(t, mode); !s) return s;
     probes_.insert(t);
   }
@@ -206,9 +232,11 @@ void host_daemon::tick() {
           if (t == MAGNET_EV_KVM_EXIT) r[vm].exits_per_s = ev;
           if (t == MAGNET_EV_NET_DEV_RECV) r[vm].tx_mbps = mbps;  // from the guest
           if (t == MAGNET_EV_NET_DEV_XMIT) r[vm].rx_mbps = mbps;  // to the guest
+          if (t == MAGNET_EV_NET_DROP) r[vm].drops_per_s = ev;
           p = cur;
         }
       }
+      kernel_stats(secs, r);
       auto tot = vcpus_.totals(now);
       for (auto& [tid, cur] : tot) {
         auto& p = prev_vcpu_[tid];
@@ -228,6 +256,56 @@ void host_daemon::tick() {
     }
     tick();
   });
+}
+
+// Exit -> entry times per reason (kvm.entry) and host queueing delay
+// (vmnet.queue) over the last second, from the in-kernel statistics.
+void host_daemon::kernel_stats(double secs, std::map<uint32_t, vm_rates>& r) {
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, lat_stat> kvm;
+  for (const auto& [k, s] : cap_->kvm_exit_stats())
+    if (k.vm_id) kvm[{k.vm_id, k.isa, k.reason}].merge(s);
+  for (const auto& [k, c] : kvm) {
+    auto [vm, isa, reason] = k;
+    lat_stat d = c.since(prev_kvm_[k]);
+    prev_kvm_[k] = c;
+    if (!d.count) continue;
+    exit_row e{kvm_exit_reason_name(isa, reason), reason, isa,
+               static_cast<double>(d.count) / secs, d.mean_ns() / 1e3, d.quantile_ns(0.99) / 1e3,
+               static_cast<double>(d.total_ns) / 1e9 / secs, d.aux};
+    bool halt = e.reason == "hlt" || e.reason.rfind("halt(", 0) == 0;
+    if (!halt) r[vm].exit_time += e.time_frac;
+    r[vm].exits.push_back(std::move(e));
+  }
+  for (auto& [vm, vr] : r)
+    std::sort(vr.exits.begin(), vr.exits.end(),
+              [](const exit_row& a, const exit_row& b) { return a.time_frac > b.time_frac; });
+  std::map<std::pair<uint32_t, uint32_t>, lat_stat> q;
+  for (const auto& [k, s] : cap_->vmnet_queue_stats()) q[{k.vm_id, k.dir}].merge(s);
+  for (const auto& [k, c] : q) {
+    lat_stat d = c.since(prev_queue_[k]);
+    prev_queue_[k] = c;
+    if (!d.count || k.second > 1) continue;
+    auto& vr = r[k.first];
+    vr.queue_mean_us[k.second] = d.mean_ns() / 1e3;
+    vr.queue_p99_us[k.second] = d.quantile_ns(0.99) / 1e3;
+    vr.queue_per_s[k.second] = static_cast<double>(d.count) / secs;
+  }
+}
+
+std::string host_daemon::kvm_json(uint32_t vm) {
+  std::string s = "{\"vm\":" + std::to_string(vm) + ",\"exits\":[";
+  char buf[384];
+  const vm_rates r = rates_.count(vm) ? rates_.at(vm) : vm_rates{};
+  for (size_t i = 0; i < r.exits.size(); ++i) {
+    const auto& e = r.exits[i];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"reason\":%s,\"code\":%u,\"isa\":%u,\"exits_per_s\":%.1f,"
+                  "\"mean_us\":%.3f,\"p99_us\":%.3f,\"time_frac\":%.5f,\"userspace\":%llu}",
+                  i ? "," : "", jstr(e.reason).c_str(), e.code, e.isa, e.per_s, e.mean_us,
+                  e.p99_us, e.time_frac, static_cast<unsigned long long>(e.userspace));
+    s += buf;
+  }
+  return s + "]}";
 }
 
 const vm_info* host_daemon::find_vm(const std::string& key) const {
@@ -261,7 +339,7 @@ std::string host_daemon::vms_json() {
 }
 
 std::string host_daemon::top_json() {
-  char buf[512];
+  char buf[1024];
   std::string s = "{\"lost\":" + std::to_string(cons_->lost()) +
                   ",\"libvirt\":" + (reg_.connected() ? "true" : "false") + ",\"vms\":[";
   bool first = true;
@@ -271,10 +349,15 @@ std::string host_daemon::top_json() {
     for (const auto& t : vm.threads) nvcpu += t.role == "vcpu";
     std::snprintf(buf, sizeof buf,
                   "%s{\"vm\":%u,\"name\":%s,\"vcpus\":%d,\"vcpu_run\":%.4f,\"vcpu_wait\":%.4f,"
-                  "\"vcpu_halt\":%.4f,\"exits_per_s\":%.1f,\"rx_mbps\":%.3f,\"tx_mbps\":%.3f,"
+                  "\"vcpu_halt\":%.4f,\"exits_per_s\":%.1f,\"exit_time\":%.5f,"
+                  "\"rx_mbps\":%.3f,\"tx_mbps\":%.3f,\"drops_per_s\":%.1f,"
+                  "\"queue_tx_us\":%.3f,\"queue_tx_p99_us\":%.3f,\"queue_tx_per_s\":%.1f,"
+                  "\"queue_rx_us\":%.3f,\"queue_rx_p99_us\":%.3f,\"queue_rx_per_s\":%.1f,"
                   "\"per_vcpu\":[",
                   first ? "" : ",", id, jstr(vm.name).c_str(), nvcpu, r.run, r.wait, r.halt,
-                  r.exits_per_s, r.rx_mbps, r.tx_mbps);
+                  r.exits_per_s, r.exit_time, r.rx_mbps, r.tx_mbps, r.drops_per_s,
+                  r.queue_mean_us[0], r.queue_p99_us[0], r.queue_per_s[0], r.queue_mean_us[1],
+                  r.queue_p99_us[1], r.queue_per_s[1]);
     s += buf;
     bool f2 = true;
     for (const auto& [v, f] : r.per_vcpu) {
@@ -295,6 +378,11 @@ std::string host_daemon::handle(const std::string& req) {
   in >> cmd >> arg;
   if (cmd == "top") return "ok " + top_json();
   if (cmd == "vms") return "ok " + vms_json();
+  if (cmd == "kvm") {
+    const vm_info* vm = find_vm(arg);
+    if (!vm) return "error no running VM named '" + arg + "' (by name, UUID or magnet id)";
+    return "ok " + kvm_json(vm->vm_id);
+  }
   if (cmd == "views") {
     if (arg.empty()) return "ok " + filters::to_json(eng_.snapshot());
     const vm_info* vm = find_vm(arg);
@@ -302,7 +390,7 @@ std::string host_daemon::handle(const std::string& req) {
     // Only that VM's instances: the same data the VM itself would receive.
     return "ok " + filters::to_json(eng_.snapshot_vm(vm->vm_id));
   }
-  return "error unknown request '" + cmd + "' (top, vms, views [VM])";
+  return "error unknown request '" + cmd + "' (top, vms, kvm VM, views [VM])";
 }
 
 void host_daemon::accept() {

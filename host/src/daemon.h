@@ -13,7 +13,7 @@ struct daemon_options {
   std::string uri = "qemu:///system";
   std::string views_path;  // empty: the embedded default views
   std::string socket_path = "/run/magnet/host.sock";
-  std::string probes = "net.dev,sched,kvm.exit,blk";
+  std::string probes = "net.dev,net.drop,vmnet.queue,sched,kvm.exit,kvm.entry,kvm.wakeup,blk";
   size_t ring_bytes = 16u << 20;
   uint64_t duration_ns = 0;  // 0 = until SIGTERM/SIGINT
 };

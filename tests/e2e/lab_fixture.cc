@@ -367,6 +367,20 @@ double FlowBytesPerSecond(const std::string& reply, const std::string& view, int
   return bps;
 }
 
+std::map<std::string, long> ConnectionEvents(const std::string& reply, const std::string& view,
+                                             int vm) {
+  std::map<std::string, long> out;
+  auto a = nlohmann::json::parse(reply);
+  for (const auto& v : a) {
+    EXPECT_EQ(v.at("vm").get<int>(), vm) << "an instance of another VM in this VM's views";
+    if (v.at("view") != view) continue;
+    for (const auto& g : v.at("groups"))
+      if (g.at("by") == "connection")
+        for (const auto& r : g.at("rows")) out[r.at("label")] += r.at("events").get<long>();
+  }
+  return out;
+}
+
 // iperf3 -s -J: what the server received over the whole test (UDP).
 double IperfReceivedBitsPerSecond(const std::string& json) {
   auto j = nlohmann::json::parse(json, nullptr, false);

@@ -9,6 +9,8 @@
 #include <regex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "lab_fixture.h"
 #include "registry.h"
 
@@ -82,32 +84,44 @@ TEST_F(VmAwarenessDirect, RegistryMapsTheRunningDomainToItsProcessThreadsAndTap)
   EXPECT_EQ(tagger.changed[0], vm) << "the same mapping goes to the kernel maps";
 }
 
-TEST_F(VmAwarenessDirect, DaemonPerVmViewMatchesIperf3AndHoldsOnlyThatVm) {
-  const std::string sock = "/tmp/magnet-e2e-host-" + std::to_string(getpid()) + ".sock";
-  // The daemon, in the background, bounded by its own --duration.
-  std::string log = ArtifactDir("VmAwarenessDirect.daemon") + "/host.log";
-  auto start = RunProcess({"sh", "-c",
-                           magnet() + " -v host --socket " + sock + " --duration 90 >" + log +
-                               " 2>&1 & echo $!"},
-                          10);
-  ASSERT_EQ(start.status, 0) << start.Describe();
-  const std::string daemon_pid = start.out.substr(0, start.out.find('\n'));
-  struct stop_daemon {
-    std::string pid;
-    ~stop_daemon() { RunProcess({"kill", "-TERM", pid}, 5); }
-  } stopper{daemon_pid};
-
-  // The registry picks the running VM up within a second or two.
-  std::string vms;
-  for (int i = 0; i < 50; ++i) {
-    auto r = RunProcess({magnet(), "top", "--socket", sock, "--json", "--count", "1"}, 10);
-    if (r.status == 0 && r.out.find("\"name\":\"g1\"") != std::string::npos) {
-      vms = r.out;
-      break;
+// magnet host in the background, bounded by its own --duration and ended
+// by PID when the test ends; up() waits until the registry knows g1.
+struct daemon_run {
+  std::string sock, pid, log, top;
+  daemon_run(const std::string& magnet, const std::string& name) {
+    sock = "/tmp/magnet-e2e-" + name + "-" + std::to_string(getpid()) + ".sock";
+    log = ArtifactDir("VmAwarenessDirect." + name) + "/host.log";
+    auto start = RunProcess({"sh", "-c",
+                             magnet + " -v host --socket " + sock + " --duration 90 >" + log +
+                                 " 2>&1 & echo $!"},
+                            10);
+    EXPECT_EQ(start.status, 0) << start.Describe();
+    pid = start.out.substr(0, start.out.find('\n'));
+    for (int i = 0; i < 50; ++i) {
+      auto r = RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, 10);
+      if (r.status == 0 && r.out.find("\"name\":\"g1\"") != std::string::npos) {
+        top = r.out;
+        break;
+      }
+      usleep(200000);
     }
-    usleep(200000);
   }
-  ASSERT_FALSE(vms.empty()) << read_file(log);
+  ~daemon_run() {
+    if (!pid.empty()) RunProcess({"kill", "-TERM", pid}, 5);
+  }
+  int vm_id(const std::string& name) const {
+    std::smatch m;
+    if (!std::regex_search(top, m, std::regex("\\{\"vm\":(\\d+),\"name\":\"" + name + "\"")))
+      return -1;
+    return std::stoi(m[1]);
+  }
+};
+
+TEST_F(VmAwarenessDirect, DaemonPerVmViewMatchesIperf3AndHoldsOnlyThatVm) {
+  daemon_run d(magnet(), "daemon");
+  const std::string& sock = d.sock;
+  const std::string& vms = d.top;
+  ASSERT_FALSE(vms.empty()) << read_file(d.log);
   EXPECT_NE(vms.find("\"vcpus\":1"), std::string::npos) << vms;
 
   // UDP from the guest to the lab network's host side, at a fixed rate;
@@ -140,6 +154,129 @@ TEST_F(VmAwarenessDirect, DaemonPerVmViewMatchesIperf3AndHoldsOnlyThatVm) {
               iperf_bps / 1e6);
   RecordProperty("iperf3_mbps", std::to_string(iperf_bps / 1e6));
   RecordProperty("view_mbps", std::to_string(view_bps / 1e6));
+}
+
+// The host side of a VM's network path: every packet the host forwards
+// between the VM's tap and another device (here a veth into a namespace
+// standing for the wire) gets a vmnet.queue record of that VM, and a guest
+// that stops taking packets has them dropped on its tap, counted per VM
+// exactly as the tap's own tx_dropped counter.
+TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
+  daemon_run d(magnet(), "vmnet");
+  ASSERT_FALSE(d.top.empty()) << read_file(d.log);
+  const int vm = d.vm_id("g1");
+  ASSERT_GT(vm, 0) << d.top;
+  const std::string tag = std::to_string(getpid() % 100000);
+  const std::string ns = "magwire" + tag, va = "mgwa" + tag, vb = "mgwb" + tag;
+  struct cleanup {
+    std::string ns, va;
+    ~cleanup() {
+      RunProcess({"ip", "-n", "magnetlab", "link", "del", va}, 10);
+      RunProcess({"ip", "netns", "del", ns}, 10);
+    }
+  } cl{ns, va};
+  auto wire = RunProcess({"sh", "-c",
+                          "set -e; ip netns add " + ns + "; ip -n magnetlab link add " + va +
+                              " type veth peer name " + vb + " netns " + ns +
+                              "; ip -n magnetlab link set " + va + " master magbr0 up; ip -n " +
+                              ns + " addr add 10.77.0.250/24 dev " + vb + "; ip -n " + ns +
+                              " link set " + vb + " up; ip -n " + ns + " link set lo up"},
+                         20);
+  ASSERT_EQ(wire.status, 0) << wire.Describe();
+
+  // Guest -> wire, then wire -> guest (-R), 4 Mbit/s of 1000-byte datagrams.
+  // The first runs in the background so that the daemon's in-kernel
+  // queueing statistics can be read while it sends.
+  std::string top_mid;
+  for (std::string dir : {"", " -R"}) {
+    auto srv = RunProcess({"sh", "-c",
+                           "ip netns exec " + ns + " timeout 30 iperf3 -s -1 -p 5611 >/dev/null 2>&1 &"},
+                          10);
+    ASSERT_EQ(srv.status, 0);
+    sleep(1);
+    const std::string run = "iperf3 -c 10.77.0.250 -p 5611 -u -b 4M -l 1000 -t 4" + dir;
+    if (dir.empty()) {
+      ASSERT_EQ(lab()->Run("g1", "(" + run + " >/dev/null 2>&1 &)", 10).status, 0);
+      sleep(3);
+      top_mid = RunProcess({magnet(), "top", "--socket", d.sock, "--json", "--count", "1"}, 10).out;
+      sleep(3);
+    } else {
+      auto c = lab()->Run("g1", run + " >/dev/null 2>&1; echo rc=$?", 60);
+      ASSERT_NE(c.out.find("rc=0"), std::string::npos) << c.Describe();
+    }
+  }
+  {
+    auto j = nlohmann::json::parse(top_mid, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << top_mid;
+    for (const auto& r : j.at("vms")) {
+      if (r.at("name") != "g1") continue;
+      // 500 datagrams/s; the delay is the host's forwarding: well under 100 ms.
+      EXPECT_GT(r.at("queue_tx_per_s").get<double>(), 250) << top_mid;
+      EXPECT_GT(r.at("queue_tx_us").get<double>(), 0) << top_mid;
+      EXPECT_LT(r.at("queue_tx_us").get<double>(), 100000) << top_mid;
+      EXPECT_GE(r.at("queue_tx_p99_us").get<double>(), r.at("queue_tx_us").get<double>() / 2) << top_mid;
+      std::printf("[e2e] g1 host queueing guest->wire: %.1f pkt/s, mean %.1f us, p99 %.1f us\n",
+                  r.at("queue_tx_per_s").get<double>(), r.at("queue_tx_us").get<double>(),
+                  r.at("queue_tx_p99_us").get<double>());
+    }
+  }
+  sleep(2);
+  auto views = RunProcess({magnet(), "views", "--vm", "g1", "--socket", d.sock}, 10);
+  ASSERT_EQ(views.status, 0) << views.Describe();
+  auto queued = ConnectionEvents(views.out, "host-queue", vm);
+  int checked = 0;
+  for (std::string v : {"guest-tx", "guest-rx"}) {
+    SCOPED_TRACE(v);
+    // The flows of this test: those with >= 1000 packets at the tap.
+    for (const auto& [label, n] : ConnectionEvents(views.out, v, vm)) {
+      if (n < 1000) continue;
+      ++checked;
+      EXPECT_EQ(queued[label], n) << "flow " << label
+                                   << ": every packet between the tap and the wire is queued once";
+    }
+  }
+  EXPECT_EQ(checked, 2) << "one flow each way of at least 1000 packets. " << views.out.substr(0, 3000);
+
+  // Drops: the guest takes its link down, so its virtio queue and then the
+  // tap's queue fill; the host keeps sending to its (static) address.
+  auto mac = Trim(lab()->Run("g1", "cat /sys/class/net/eth0/address", 10).out);
+  ASSERT_EQ(mac.size(), 17u) << mac;
+  auto tap = Trim(RunProcess({"sh", "-c", "ip -n magnetlab -o link show master magbr0 | "
+                                           "grep -o 'vnet[0-9]*' | head -n1"},
+                             10)
+                      .out);
+  ASSERT_FALSE(tap.empty());
+  const std::string dropped = "ip netns exec magnetlab cat /sys/class/net/" + tap + "/statistics/tx_dropped";
+  ASSERT_EQ(lab()->Run("g1", "ip link set eth0 down; echo ok", 10).status, 0);
+  long before = std::stol(Trim(RunProcess({"sh", "-c", dropped}, 10).out));
+  auto drops_before = nlohmann::json::parse(views.out);
+  uint64_t matched_before = 0;
+  for (const auto& v : drops_before)
+    if (v.at("view") == "drops") matched_before = v.at("matched").get<uint64_t>();
+  auto flood = RunProcess(
+      {"ip", "netns", "exec", ns, "python3", "-c",
+       "import socket,subprocess\n"
+       "subprocess.run(['ip','neigh','replace','10.77.0.11','lladdr','" + mac +
+           "','dev','" + vb + "','nud','permanent'],check=True)\n"
+       "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+       "for i in range(5000): s.sendto(b'x'*200,('10.77.0.11',9))\n"},
+      30);
+  ASSERT_EQ(flood.status, 0) << flood.Describe();
+  sleep(2);
+  long after = std::stol(Trim(RunProcess({"sh", "-c", dropped}, 10).out));
+  lab()->Run("g1", "ip link set eth0 up", 10);
+  ASSERT_GT(after - before, 500) << "the tap dropped too little to test: " << before << " -> " << after;
+  auto v2 = RunProcess({magnet(), "views", "--vm", "g1", "--socket", d.sock}, 10);
+  ASSERT_EQ(v2.status, 0) << v2.Describe();
+  uint64_t matched = 0;
+  for (const auto& v : nlohmann::json::parse(v2.out)) {
+    EXPECT_EQ(v.at("vm").get<int>(), vm);
+    if (v.at("view") == "drops") matched = v.at("matched").get<uint64_t>();
+  }
+  EXPECT_EQ(static_cast<long>(matched - matched_before), after - before)
+      << "net.drop records of g1 vs the tap's tx_dropped";
+  std::printf("[e2e] tap %s dropped %ld, net.drop records of g1: %llu\n", tap.c_str(), after - before,
+              static_cast<unsigned long long>(matched - matched_before));
 }
 
 TEST_F(VmAwarenessDirect, StopAndStartOfTheDomainArePickedUp) {
