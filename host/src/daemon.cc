@@ -40,10 +40,11 @@ views:
     per_vm: true
     windows: [{events: 1000}, {ms: 1000}]
     group_by: [connection]
-  - name: block-io
+  - name: block-io            # the VM's requests to the host's disks
     filter: "event == blk.complete"
     per_vm: true
     windows: [{ms: 1000}]
+    group_by: [process]
   - name: host-queue          # guest packets forwarded by the host (vmnet.queue)
     filter: "event == vmnet.queue.tx or event == vmnet.queue.rx"
     per_vm: true

@@ -735,19 +735,31 @@ int BPF_PROG(proc_exit_raw, struct task_struct *t)
 /* ------------------------------------------------------------------ */
 /* block I/O                                                           */
 
+/* A request's issue, for its completion: the latency, and the submitter the
+ * completion is attributed to (it runs in interrupt context, where the
+ * current task is whoever was interrupted). */
+struct mg_blk_issue {
+	__u64 ts;
+	__u32 tgid;
+	__u32 tid;
+	__u32 vm;
+	__u32 pad;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, __u64);
+	__type(value, struct mg_blk_issue);
 } blk_start SEC(".maps");
 
 static __always_inline int mg_blk_event(struct request *rq, int error,
 					unsigned int nr_bytes, bool complete)
 {
 	__u32 slot = complete ? MAGNET_P_BLK_COMPLETE : MAGNET_P_BLK_ISSUE;
-	__u64 key = mg_ptr_bits(rq), *start, lat = 0;
+	__u64 key = mg_ptr_bits(rq), lat = 0;
 	struct magnet_probe_pcpu *st;
+	struct mg_blk_issue *start;
 	struct gendisk *disk;
 	struct magnet_blk *p;
 	struct magnet_hdr *h;
@@ -758,12 +770,22 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 		return 0;
 	mg_ev_task(&ev, slot, 0);
 	if (!complete) {
-		bpf_map_update_elem(&blk_start, &key, &ev.now, BPF_ANY);
+		struct mg_blk_issue is = {
+			.ts = ev.now, .tgid = ev.tgid, .tid = ev.tid, .vm = ev.vm,
+		};
+
+		bpf_map_update_elem(&blk_start, &key, &is, BPF_ANY);
 	} else {
 		start = bpf_map_lookup_elem(&blk_start, &key);
 		if (start) {
-			lat = ev.now - *start;
+			lat = ev.now - start->ts;
+			ev.tgid = start->tgid;
+			ev.tid = start->tid;
+			ev.vm = start->vm;
 			bpf_map_delete_elem(&blk_start, &key);
+		} else {
+			/* issued before tracing started: submitter unknown */
+			ev.tgid = ev.tid = ev.vm = 0;
 		}
 	}
 	ev.size = complete ? nr_bytes : BPF_CORE_READ(rq, __data_len);

@@ -433,6 +433,105 @@ TEST_F(NestedLab, KvmExitsAreAttributedToTheRightGuestWithMagnetRecord) {
             << " -> '" << c.vm_of_tgid[pid2] << "'\n";
 }
 
+// The hypervisor probes on the lab host's kernel: every kvm.entry's
+// exit->entry time is exactly the distance to its vCPU thread's kvm.exit
+// with the same reason; serial-port writes in g1 are userspace I/O exits of
+// g1's QEMU; vhost-net work runs in g1's vhost worker; and `magnet kvm`
+// shows the idle guest's vCPU halted while the busy one is not.
+TEST_F(NestedLab, KvmExitTimesUserspaceExitsAndVhostWorkPerGuest) {
+  REQUIRE_LAB();
+  const std::string magnet = "/mnt/magnetbuild/host/magnet";
+  std::string pid1 = QemuPid("g1"), pid2 = QemuPid("g2");
+  ASSERT_FALSE(pid1.empty() || pid2.empty());
+  ASSERT_EQ(lab()->Run("labhost", "rm -f /tmp/k.trace; (" + magnet + " record -o /tmp/k.trace "
+                                      "--probes kvm.exit,kvm.entry,kvm.userspace_exit,vmnet.vhost "
+                                      "--duration 25 >/tmp/k.log 2>&1 &); iperf3 -s -1 -D -p 5403 "
+                                      ">/dev/null 2>&1",
+                       20).status, 0);
+  // Wait until the recorder runs (it prints its first status line then).
+  for (int i = 0; i < 40; ++i)
+    if (lab()->Run("labhost", "grep -c recording /tmp/k.log", 10).out.find('1') == 0) break;
+    else usleep(250000);
+  auto g1 = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5403 -t 2 >/dev/null 2>&1; echo rc=$?; "
+                             "for i in $(seq 50); do echo hello > /dev/ttyS0; done", 60);
+  ASSERT_NE(g1.out.find("rc=0"), std::string::npos) << g1.Describe();
+  // The recorder stops by itself; wait for its final line.
+  for (int i = 0; i < 120; ++i)
+    if (lab()->Run("labhost", "grep -c 'written to' /tmp/k.log", 10).out.find('1') == 0) break;
+    else sleep(1);
+  const std::string awk =
+      "NR==1 { for (i = 1; i <= NF; i++) c[$i] = i; next } "
+      "{ ev = $c[\"event\"]; tid = $c[\"tid\"]; ts = $c[\"ts_ns\"]; tg = $c[\"tgid\"] } "
+      "ev == \"kvm.exit\" { last[tid] = ts; lr[tid] = $c[\"exit_reason\"]; next } "
+      "ev == \"kvm.entry\" && $c[\"exit_ns\"] > 0 { n++; "
+      "  if ((tid in last) && ts - $c[\"exit_ns\"] == last[tid] && lr[tid] == $c[\"exit_reason\"]) ok++; "
+      "  else bad++; delete last[tid] } "
+      "ev == \"kvm.entry\" && $c[\"kvm_flags\"] == 1 && (($c[\"exit_isa\"] == 2 && $c[\"exit_reason\"] == 123) || "
+      "  ($c[\"exit_isa\"] == 1 && $c[\"exit_reason\"] == 30)) { uio[tg]++ } "
+      "ev == \"kvm.userspace_exit\" && $c[\"userspace_reason\"] == 2 { ue[tg]++ } "
+      "ev == \"vmnet.vhost.tx\" { vt[tg]++; if ($c[\"duration_ns\"] > 0) vtp[tg]++ } "
+      "ev == \"vmnet.vhost.rx\" { vr[tg]++ } "
+      "END { print \"pairs\", n + 0, ok + 0, bad + 0; for (t in ue) print \"ue\", t, ue[t]; "
+      "  for (t in uio) print \"uio\", t, uio[t]; for (t in vt) print \"vt\", t, vt[t], vtp[t] + 0; "
+      "  for (t in vr) print \"vr\", t, vr[t] }";
+  auto r = lab()->Run("labhost", "cat /tmp/k.log | tail -n 2; " + magnet +
+                                     " dump /tmp/k.trace --format csv > /tmp/k.csv && awk -F, '" + awk +
+                                     "' /tmp/k.csv",
+                      120);
+  ASSERT_EQ(r.status, 0) << r.Describe();
+  std::map<std::string, std::map<std::string, long>> m;  // kind -> tgid -> count
+  long pairs = 0, ok = 0, bad = 0;
+  std::map<std::string, long> vt_positive;
+  for (const auto& l : SplitLines(r.out)) {
+    std::istringstream in(l);
+    std::string kind, t;
+    long n = 0, extra = 0;
+    in >> kind;
+    if (kind == "pairs") in >> pairs >> ok >> bad;
+    else if (in >> t >> n) {
+      m[kind][t] = n;
+      if (kind == "vt" && in >> extra) vt_positive[t] = extra;
+    }
+  }
+  EXPECT_GE(pairs, 100) << r.out;
+  EXPECT_EQ(bad, 0) << "kvm.entry exit_ns/exit_reason not matching the thread's last kvm.exit. " << r.out;
+  EXPECT_GE(m["ue"][pid1], 50) << "serial writes in g1 are KVM_EXIT_IO to g1's QEMU. " << r.out;
+  EXPECT_GE(m["uio"][pid1], 50) << "kvm.entry after an I/O exit handled in userspace. " << r.out;
+  EXPECT_EQ(m["ue"][pid2], 0) << "g2 wrote nothing to its serial port. " << r.out;
+  // vhost-net: the worker of g1's QEMU ("vhost-<pid>", a kernel thread on 6.1).
+  std::string worker;
+  for (const auto& [t, n] : m["vt"])
+    if (Trim(lab()->Run("labhost", "cat /proc/" + t + "/comm", 10).out) == "vhost-" + pid1) worker = t;
+  ASSERT_FALSE(worker.empty()) << "no vmnet.vhost.tx from g1's vhost worker. " << r.out;
+  EXPECT_GE(m["vt"][worker], 10) << r.out;
+  EXPECT_EQ(vt_positive[worker], m["vt"][worker]) << "every handle_tx run takes time. " << r.out;
+  EXPECT_GE(m["vr"][worker], 10) << r.out;
+
+  // magnet kvm while g2 burns its vCPU and g1 idles.
+  ASSERT_EQ(lab()->Run("g2", "(timeout 12 sh -c 'while :; do :; done' &) ", 10).status, 0);
+  sleep(2);
+  auto k = lab()->Run("labhost", magnet + " kvm --json --count 1 --interval 3", 60);
+  ASSERT_EQ(k.status, 0) << k.Describe();
+  auto j = nlohmann::json::parse(Trim(k.out), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << k.out;
+  std::map<std::string, double> halt_pct;
+  std::set<std::string> guests;
+  for (const auto& row : j.at("rows")) {
+    std::string t = std::to_string(row.at("tgid").get<long>());
+    guests.insert(row.at("guest").get<std::string>());
+    double p50 = row.at("p50_us"), p99 = row.at("p99_us"), mx = row.at("max_us"), mean = row.at("mean_us");
+    EXPECT_LE(p50, p99 + 1e-9) << row.dump();
+    EXPECT_LE(p99, mx + 1e-9) << row.dump();
+    EXPECT_LE(mean, mx + 1e-9) << row.dump();
+    EXPECT_GT(row.at("exits").get<long>(), 0) << row.dump();
+    if (row.at("reason") == "hlt") halt_pct[t] += row.at("time_pct").get<double>();
+  }
+  EXPECT_TRUE(guests.count("g1") && guests.count("g2")) << k.out;
+  EXPECT_GT(halt_pct[pid1], halt_pct[pid2] + 30) << "g1 idles (hlt), g2 burns its vCPU. " << k.out;
+  std::printf("[e2e] hlt exit time: g1 %.1f%%, g2 %.1f%% of a vCPU; %ld exit->entry pairs checked\n",
+              halt_pct[pid1], halt_pct[pid2], pairs);
+}
+
 TEST_F(NestedLab, VsockCidAlreadyTakenIsReportedClearly) {
   REQUIRE_LAB();
   // A third domain asking for g1's CID (3) must fail to start with a clear message and leave

@@ -32,7 +32,7 @@ kroot="$(vmi_fetch_kernel "$kver")"
 root="$VMI_OUT/.work/guest-root"
 rm -rf "$root"; mkdir -p "$root"/{proc,sys,dev,run,tmp,etc,root,lib64,mnt}
 vmi_busybox "$root"
-vmi_copy_modules "$root" "$kroot" "$kver" virtio_pci virtio_net virtio_console vmw_vsock_virtio_transport virtio_rng
+vmi_copy_modules "$root" "$kroot" "$kver" virtio_pci virtio_net virtio_console vmw_vsock_virtio_transport virtio_rng virtio_blk
 vmi_copy_bin "$root" /usr/bin/iperf3 /usr/bin/socat
 [[ ${#extra[@]} -gt 0 ]] && vmi_copy_bin "$root" "${extra[@]}"
 install -m 0755 "$here/init" "$root/init"
