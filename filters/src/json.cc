@@ -1,5 +1,25 @@
 // Snapshot serialisation: the format views are delivered in (docs/engine.md).
-#include <nlohmann/json.hpp>
+//
+// A streaming writer: the text goes straight into one std::string, with no
+// intermediate document.  The daemon serialises every VM's views at 10 Hz,
+// so this is on its hot path (bench/engine, BM_HundredVms).
+//
+// Output rules (tests/unit/filters/json_test.cc checks them against a
+// DOM-based reference serialiser):
+// * Object keys are written in lexicographic order (the order the former
+//   nlohmann-json serialiser produced), no whitespace.
+// * Integers in decimal.  Doubles in the shortest form that reads back to
+//   the same value (std::to_chars), always with a '.' or an exponent so they
+//   stay floating-point for a typed reader: 7 is written "7.0", 3.5e8
+//   "350000000.0"; NaN and +-infinity, which JSON cannot express, as null.
+// * Strings (view, label and correlation names) escape '"', '\\' and the
+//   control characters below 0x20 (\b \t \n \f \r, else \u00xx); UTF-8 is
+//   copied as is, and bytes that are not well-formed UTF-8 become U+FFFD
+//   (one per maximal ill-formed subpart), so the output is always valid JSON.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
 
 #include "magnet/filters/engine.h"
 
@@ -7,86 +27,320 @@ namespace magnet::filters {
 
 namespace {
 
-using nlohmann::json;
+// Characters a number may take: uint64 20, double 24, plus ".0".
+constexpr size_t kNum = 32;
+// A JSON string of n input bytes takes at most 6n + 2 characters (\u00xx).
+constexpr size_t str_room(std::string_view s) { return 6 * s.size() + 2; }
 
-json dist_json(const dist_stats& d) {
-  return {{"count", d.count}, {"sum", d.sum},   {"mean", d.mean}, {"min", d.min},
-          {"max", d.max},     {"p50", d.p50},   {"p90", d.p90},   {"p99", d.p99},
-          {"relative_accuracy", d.relative_accuracy}};
+template <size_t N>
+char* put_lit(char* p, const char (&s)[N]) {
+  std::memcpy(p, s, N - 1);
+  return p + N - 1;
 }
 
-json window_json(const window_stats& w) {
-  json j = {{"kind", w.k == window_stats::kind::count ? "count" : "time"},
-            {"events", w.events},
-            {"bytes", w.bytes},
-            {"errors", w.errors},
-            {"first_ts_ns", w.first_ts},
-            {"last_ts_ns", w.last_ts},
-            {"rate_eps", w.rate_eps},
-            {"bandwidth_bps", w.bandwidth_bps},
-            {"truncated", w.truncated}};
-  if (w.k == window_stats::kind::count) j["length_events"] = w.length;
-  else j["length_ns"] = w.length;
-  return j;
-}
+char* put_u(char* p, uint64_t v) { return std::to_chars(p, p + kNum, v).ptr; }
 
-json snapshot_json(const view_snapshot& s) {
-  json j = {{"view", s.view},
-            {"per_vm", s.per_vm},
-            {"vm", s.vm},
-            {"ts_ns", s.ts_ns},
-            {"matched", s.matched},
-            {"sampled", s.sampled},
-            {"sample_every", s.sample_every},
-            {"memory_bytes", s.memory_bytes}};
-  json ws = json::array();
-  for (const auto& w : s.windows) ws.push_back(window_json(w));
-  j["windows"] = std::move(ws);
-  if (s.value_of != value_kind::none) {
-    j["value"] = dist_json(s.value);
-    j["value"]["of"] = std::string(name_of(s.value_of));
+char* put_b(char* p, bool v) { return v ? put_lit(p, "true") : put_lit(p, "false"); }
+
+char* put_d(char* p, double v) {
+  if (!std::isfinite(v)) return put_lit(p, "null");
+  if (std::signbit(v)) {
+    *p++ = '-';
+    v = -v;
   }
-  json gs = json::array();
+  // Integral values below 1e15 (exact as integers): the integer and ".0",
+  // cheaper than the general conversion and the form nlohmann-json used.
+  if (v < 1e15 && v == std::floor(v)) return put_lit(put_u(p, static_cast<uint64_t>(v)), ".0");
+  char* e = std::to_chars(p, p + kNum, v).ptr;
+  for (char* q = p; q < e; ++q)
+    if (*q == '.' || *q == 'e') return e;
+  return put_lit(e, ".0");  // e.g. 2^53: fixed notation without a point
+}
+
+// The well-formed UTF-8 sequence starting at b (lead byte >= 0x80): its
+// length, or 0 and in `bad` the length of the maximal ill-formed subpart.
+size_t utf8_len(const unsigned char* b, const unsigned char* e, size_t& bad) {
+  unsigned c = b[0], lo = 0x80, hi = 0xbf;
+  size_t need;
+  if (c >= 0xc2 && c <= 0xdf) {
+    need = 1;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    need = 2;
+    if (c == 0xe0) lo = 0xa0;       // no overlong forms
+    else if (c == 0xed) hi = 0x9f;  // no surrogates
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    need = 3;
+    if (c == 0xf0) lo = 0x90;
+    else if (c == 0xf4) hi = 0x8f;  // nothing above U+10FFFF
+  } else {
+    bad = 1;
+    return 0;
+  }
+  for (size_t i = 1; i <= need; ++i) {
+    if (b + i == e || b[i] < lo || b[i] > hi) {
+      bad = i;
+      return 0;
+    }
+    lo = 0x80;
+    hi = 0xbf;
+  }
+  return need + 1;
+}
+
+char* put_s(char* p, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  *p++ = '"';
+  auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  auto* e = b + s.size();
+  while (b < e) {
+    const unsigned char* r = b;
+    while (r < e && *r >= 0x20 && *r < 0x80 && *r != '"' && *r != '\\') ++r;
+    std::memcpy(p, b, static_cast<size_t>(r - b));
+    p += r - b;
+    b = r;
+    if (b == e) break;
+    unsigned char c = *b;
+    if (c >= 0x80) {
+      size_t bad = 0, n = utf8_len(b, e, bad);
+      if (n) {
+        std::memcpy(p, b, n);
+        p += n;
+        b += n;
+      } else {
+        p = put_lit(p, "\xef\xbf\xbd");  // U+FFFD
+        b += bad;
+      }
+      continue;
+    }
+    *p++ = '\\';
+    switch (c) {
+      case '"': *p++ = '"'; break;
+      case '\\': *p++ = '\\'; break;
+      case '\b': *p++ = 'b'; break;
+      case '\t': *p++ = 't'; break;
+      case '\n': *p++ = 'n'; break;
+      case '\f': *p++ = 'f'; break;
+      case '\r': *p++ = 'r'; break;
+      default:
+        p = put_lit(p, "u00");
+        *p++ = kHex[c >> 4];
+        *p++ = kHex[c & 15];
+    }
+    ++b;
+  }
+  *p++ = '"';
+  return p;
+}
+
+// A dist_stats object, with "of" (the measured quantity) when not empty.
+constexpr size_t kDistRoom = 160 + 9 * kNum;
+char* put_dist(char* p, const dist_stats& d, std::string_view of) {
+  p = put_lit(p, "{\"count\":");
+  p = put_u(p, d.count);
+  p = put_lit(p, ",\"max\":");
+  p = put_d(p, d.max);
+  p = put_lit(p, ",\"mean\":");
+  p = put_d(p, d.mean);
+  p = put_lit(p, ",\"min\":");
+  p = put_d(p, d.min);
+  if (!of.empty()) {
+    p = put_lit(p, ",\"of\":");
+    p = put_s(p, of);
+  }
+  p = put_lit(p, ",\"p50\":");
+  p = put_d(p, d.p50);
+  p = put_lit(p, ",\"p90\":");
+  p = put_d(p, d.p90);
+  p = put_lit(p, ",\"p99\":");
+  p = put_d(p, d.p99);
+  p = put_lit(p, ",\"relative_accuracy\":");
+  p = put_d(p, d.relative_accuracy);
+  p = put_lit(p, ",\"sum\":");
+  p = put_d(p, d.sum);
+  *p++ = '}';
+  return p;
+}
+
+constexpr size_t kWindowRoom = 200 + 9 * kNum;
+char* put_window(char* p, const window_stats& w) {
+  const bool count = w.k == window_stats::kind::count;
+  p = put_lit(p, "{\"bandwidth_bps\":");
+  p = put_d(p, w.bandwidth_bps);
+  p = put_lit(p, ",\"bytes\":");
+  p = put_u(p, w.bytes);
+  p = put_lit(p, ",\"errors\":");
+  p = put_u(p, w.errors);
+  p = put_lit(p, ",\"events\":");
+  p = put_u(p, w.events);
+  p = put_lit(p, ",\"first_ts_ns\":");
+  p = put_u(p, w.first_ts);
+  p = count ? put_lit(p, ",\"kind\":\"count\"") : put_lit(p, ",\"kind\":\"time\"");
+  p = put_lit(p, ",\"last_ts_ns\":");
+  p = put_u(p, w.last_ts);
+  p = count ? put_lit(p, ",\"length_events\":") : put_lit(p, ",\"length_ns\":");
+  p = put_u(p, w.length);
+  p = put_lit(p, ",\"rate_eps\":");
+  p = put_d(p, w.rate_eps);
+  p = put_lit(p, ",\"truncated\":");
+  p = put_b(p, w.truncated);
+  *p++ = '}';
+  return p;
+}
+
+constexpr size_t kRowRoom = 160 + 9 * kNum;
+char* put_row(char* p, const group_row& r) {
+  p = put_lit(p, "{\"bandwidth_bps\":");
+  p = put_d(p, r.bandwidth_bps);
+  p = put_lit(p, ",\"bytes\":");
+  p = put_u(p, r.bytes);
+  p = put_lit(p, ",\"errors\":");
+  p = put_u(p, r.errors);
+  p = put_lit(p, ",\"events\":");
+  p = put_u(p, r.events);
+  p = put_lit(p, ",\"first_ts_ns\":");
+  p = put_u(p, r.first_ts);
+  p = put_lit(p, ",\"key\":");
+  p = put_u(p, r.key);
+  p = put_lit(p, ",\"key2\":");
+  p = put_u(p, r.key2);
+  p = put_lit(p, ",\"label\":");
+  p = put_s(p, r.label);
+  p = put_lit(p, ",\"last_ts_ns\":");
+  p = put_u(p, r.last_ts);
+  *p++ = '}';
+  return p;
+}
+
+constexpr size_t kCorrRoom = 160 + 7 * kNum + kDistRoom;
+char* put_corr(char* p, const correlation_stats& c) {
+  p = put_lit(p, "{\"evicted\":");
+  p = put_u(p, c.evicted);
+  p = put_lit(p, ",\"expired\":");
+  p = put_u(p, c.expired);
+  p = put_lit(p, ",\"latency_ns\":");
+  p = put_dist(p, c.latency_ns, {});
+  p = put_lit(p, ",\"matched\":");
+  p = put_u(p, c.matched);
+  p = put_lit(p, ",\"name\":");
+  p = put_s(p, c.name);
+  p = put_lit(p, ",\"pending\":");
+  p = put_u(p, c.pending);
+  p = put_lit(p, ",\"reordered\":");
+  p = put_u(p, c.reordered);
+  p = put_lit(p, ",\"unmatched\":");
+  p = put_u(p, c.unmatched);
+  *p++ = '}';
+  return p;
+}
+
+constexpr size_t kGroupRoom = 96 + 2 * kNum;  // without the rows
+constexpr size_t kHeadRoom = 200 + 6 * kNum + kDistRoom;  // without the view name
+
+// An upper bound of the text of s: the sum of the parts' rooms.
+size_t snapshot_room(const view_snapshot& s) {
+  size_t n = kHeadRoom + str_room(s.view) + s.windows.size() * (kWindowRoom + 1);
   for (const auto& g : s.groups) {
-    json rows = json::array();
-    for (const auto& r : g.rows)
-      rows.push_back({{"key", r.key},
-                      {"key2", r.key2},
-                      {"label", r.label},
-                      {"events", r.events},
-                      {"bytes", r.bytes},
-                      {"errors", r.errors},
-                      {"first_ts_ns", r.first_ts},
-                      {"last_ts_ns", r.last_ts},
-                      {"bandwidth_bps", r.bandwidth_bps}});
-    gs.push_back({{"by", std::string(name_of(g.by))},
-                  {"rows", std::move(rows)},
-                  {"other_events", g.other_events},
-                  {"other_bytes", g.other_bytes}});
+    n += kGroupRoom + 1;
+    for (const auto& r : g.rows) n += kRowRoom + 1 + str_room(r.label);
   }
-  j["groups"] = std::move(gs);
-  json cs = json::array();
-  for (const auto& c : s.correlations)
-    cs.push_back({{"name", c.name},
-                  {"matched", c.matched},
-                  {"unmatched", c.unmatched},
-                  {"expired", c.expired},
-                  {"evicted", c.evicted},
-                  {"reordered", c.reordered},
-                  {"pending", c.pending},
-                  {"latency_ns", dist_json(c.latency_ns)}});
-  j["correlations"] = std::move(cs);
-  return j;
+  for (const auto& c : s.correlations) n += kCorrRoom + 1 + str_room(c.name);
+  return n;
+}
+
+// Writes s; needs snapshot_room(s) characters.
+char* put_snapshot(char* p, const view_snapshot& s) {
+  p = put_lit(p, "{\"correlations\":[");
+  for (size_t i = 0; i < s.correlations.size(); ++i) {
+    if (i) *p++ = ',';
+    p = put_corr(p, s.correlations[i]);
+  }
+  p = put_lit(p, "],\"groups\":[");
+  for (size_t i = 0; i < s.groups.size(); ++i) {
+    const group_table& g = s.groups[i];
+    if (i) *p++ = ',';
+    p = put_lit(p, "{\"by\":\"");
+    std::string_view by = name_of(g.by);  // fixed ASCII names, at most 10
+    std::memcpy(p, by.data(), by.size());
+    p += by.size();
+    p = put_lit(p, "\",\"other_bytes\":");
+    p = put_u(p, g.other_bytes);
+    p = put_lit(p, ",\"other_events\":");
+    p = put_u(p, g.other_events);
+    p = put_lit(p, ",\"rows\":[");
+    for (size_t j = 0; j < g.rows.size(); ++j) {
+      if (j) *p++ = ',';
+      p = put_row(p, g.rows[j]);
+    }
+    p = put_lit(p, "]}");
+  }
+  p = put_lit(p, "],\"matched\":");
+  p = put_u(p, s.matched);
+  p = put_lit(p, ",\"memory_bytes\":");
+  p = put_u(p, s.memory_bytes);
+  p = put_lit(p, ",\"per_vm\":");
+  p = put_b(p, s.per_vm);
+  p = put_lit(p, ",\"sample_every\":");
+  p = put_u(p, s.sample_every);
+  p = put_lit(p, ",\"sampled\":");
+  p = put_u(p, s.sampled);
+  p = put_lit(p, ",\"ts_ns\":");
+  p = put_u(p, s.ts_ns);
+  if (s.value_of != value_kind::none) {
+    p = put_lit(p, ",\"value\":");
+    p = put_dist(p, s.value, name_of(s.value_of));
+  }
+  p = put_lit(p, ",\"view\":");
+  p = put_s(p, s.view);
+  p = put_lit(p, ",\"vm\":");
+  p = put_u(p, s.vm);
+  p = put_lit(p, ",\"windows\":[");
+  for (size_t i = 0; i < s.windows.size(); ++i) {
+    if (i) *p++ = ',';
+    p = put_window(p, s.windows[i]);
+  }
+  return put_lit(p, "]}");
+}
+
+// Appends n characters of room to out, fills them with `write(cursor)`
+// (which returns the end of what it wrote) and trims out to that end.
+template <class F>
+void append(std::string& out, size_t n, F&& write) {
+  size_t at = out.size();
+  out.resize(at + n);
+  char* end = write(out.data() + at);
+  out.resize(static_cast<size_t>(end - out.data()));
 }
 
 }  // namespace
 
-std::string to_json(const view_snapshot& s) { return snapshot_json(s).dump(); }
+void to_json(const view_snapshot& s, std::string& out) {
+  append(out, snapshot_room(s), [&](char* p) { return put_snapshot(p, s); });
+}
+
+void to_json(std::span<const view_snapshot> s, std::string& out) {
+  size_t n = 2;
+  for (const auto& v : s) n += snapshot_room(v) + 1;
+  append(out, n, [&](char* p) {
+    *p++ = '[';
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (i) *p++ = ',';
+      p = put_snapshot(p, s[i]);
+    }
+    *p++ = ']';
+    return p;
+  });
+}
+
+std::string to_json(const view_snapshot& s) {
+  std::string out;
+  to_json(s, out);
+  return out;
+}
 
 std::string to_json(std::span<const view_snapshot> s) {
-  json a = json::array();
-  for (const auto& v : s) a.push_back(snapshot_json(v));
-  return a.dump();
+  std::string out;
+  to_json(s, out);
+  return out;
 }
 
 }  // namespace magnet::filters

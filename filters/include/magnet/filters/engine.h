@@ -138,8 +138,15 @@ struct view_snapshot {
   size_t memory_bytes = 0;
 };
 
+// The delivered format (docs/engine.md, "Snapshot JSON"): one object per
+// snapshot, an array for a span.  NaN and infinities are written as null;
+// bytes of names and labels that are not UTF-8 become U+FFFD.
 std::string to_json(const view_snapshot& s);
 std::string to_json(std::span<const view_snapshot> s);
+// The same text appended to `out` (not cleared: a caller may put a prefix
+// first), so a buffer can be reused across snapshots without allocating.
+void to_json(const view_snapshot& s, std::string& out);
+void to_json(std::span<const view_snapshot> s, std::string& out);
 std::string_view name_of(group_key k);
 std::string_view name_of(value_kind k);
 std::string_view name_of(corr_key k);
