@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cinttypes>
-#include <cstdio>
 #include <numeric>
+#include <tuple>
 #include <unordered_map>
 
 #include "magnet/events.h"
@@ -12,29 +11,27 @@
 #include "magnet/record.h"
 #include "payload.h"
 #include "tables.h"
+#include "text.h"
 
 namespace magnet::filters {
 
 namespace {
 
 dist_stats dist_of(const quantile_sketch& s) {
+  static constexpr double kQs[] = {0.5, 0.9, 0.99};
+  double q[3];
+  s.quantiles(kQs, q);
   dist_stats d;
   d.count = s.count();
   d.sum = s.sum();
   d.mean = s.mean();
   d.min = s.min();
   d.max = s.max();
-  d.p50 = s.quantile(0.5);
-  d.p90 = s.quantile(0.9);
-  d.p99 = s.quantile(0.99);
+  d.p50 = q[0];
+  d.p90 = q[1];
+  d.p99 = q[2];
   d.relative_accuracy = s.relative_accuracy();
   return d;
-}
-
-std::string hex64(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
-  return b;
 }
 
 // ------------------------------------------------------------ group-by ---
@@ -90,10 +87,28 @@ class group_tab {
     t.by = by_;
     t.other_events = other_events_;
     t.other_bytes = other_bytes_;
+    // Sort compact (bytes, events, position) entries, then build each
+    // output row once, in its place (no moves of rows with their labels).
+    struct rank {
+      uint64_t bytes, events;
+      uint32_t i;
+    };
+    static thread_local std::vector<rank> order;
+    order.clear();
+    for (uint32_t i = 0; i < rows_.size(); ++i) order.push_back({rows_[i].bytes, rows_[i].events, i});
+    const uint64_t key_mask = by_ == group_key::vcpu ? ~kKvmBit : ~uint64_t{0};
+    std::sort(order.begin(), order.end(), [&](const rank& a, const rank& b) {
+      if (a.bytes != b.bytes) return a.bytes > b.bytes;
+      if (a.events != b.events) return a.events > b.events;
+      const row& x = rows_[a.i];
+      const row& y = rows_[b.i];
+      return std::tuple(x.k1 & key_mask, x.k2, x.k1) < std::tuple(y.k1 & key_mask, y.k2, y.k1);
+    });
     t.rows.reserve(rows_.size());
-    for (const row& r : rows_) {
-      group_row g;
-      g.key = r.k1 & ~(by_ == group_key::vcpu ? kKvmBit : 0);
+    for (const rank& o : order) {
+      const row& r = rows_[o.i];
+      group_row& g = t.rows.emplace_back();
+      g.key = r.k1 & key_mask;
       g.key2 = r.k2;
       g.events = r.events;
       g.bytes = r.bytes;
@@ -103,24 +118,8 @@ class group_tab {
       if (r.last_ts > r.first_ts)
         g.bandwidth_bps = static_cast<double>(r.bytes - r.first_bytes) * 1e9 /
                           static_cast<double>(r.last_ts - r.first_ts);
-      switch (by_) {
-        case group_key::connection: g.label = hex64(r.k1); break;
-        case group_key::vm: g.label = "vm " + std::to_string(r.k1); break;
-        case group_key::cpu: g.label = "cpu " + std::to_string(r.k1); break;
-        case group_key::event: g.label = event_name(static_cast<uint16_t>(r.k1)); break;
-        case group_key::process: g.label = "tgid " + std::to_string(r.k1); break;
-        case group_key::vcpu:
-          g.label = (r.k1 & kKvmBit) ? "vm " + std::to_string(g.key) + " vcpu " + std::to_string(r.k2)
-                                     : "tid " + std::to_string(r.k1) + "/" + std::to_string(r.k2);
-          break;
-      }
-      t.rows.push_back(std::move(g));
+      set_label(g.label, r);
     }
-    std::sort(t.rows.begin(), t.rows.end(), [](const group_row& a, const group_row& b) {
-      if (a.bytes != b.bytes) return a.bytes > b.bytes;
-      if (a.events != b.events) return a.events > b.events;
-      return std::tie(a.key, a.key2) < std::tie(b.key, b.key2);
-    });
     return t;
   }
 
@@ -139,6 +138,27 @@ class group_tab {
     uint64_t first_ts, last_ts;
     uint64_t first_bytes;  // bytes of the first event: excluded from bandwidth
   };
+
+  // "0x1f3a...", "vm 3", "cpu 1", "net.sock.recv", "tgid 100",
+  // "vm 3 vcpu 1" (kvm records), "tid 100/101" (other records by vcpu).
+  void set_label(std::string& out, const row& r) const {
+    using text::put_hex64, text::put_lit, text::put_u;
+    char b[64];
+    char* p = b;
+    switch (by_) {
+      case group_key::connection: p = put_hex64(p, r.k1); break;
+      case group_key::vm: p = put_u(put_lit(p, "vm "), r.k1); break;
+      case group_key::cpu: p = put_u(put_lit(p, "cpu "), r.k1); break;
+      case group_key::event: out = event_name(static_cast<uint16_t>(r.k1)); return;
+      case group_key::process: p = put_u(put_lit(p, "tgid "), r.k1); break;
+      case group_key::vcpu:
+        if (r.k1 & kKvmBit) p = put_u(put_lit(put_u(put_lit(p, "vm "), r.k1 & ~kKvmBit), " vcpu "), r.k2);
+        else p = put_u(put_lit(put_u(put_lit(p, "tid "), r.k1), "/"), r.k2);
+        break;
+    }
+    out.assign(b, p);
+  }
+
   group_key by_;
   uint32_t max_;
   std::vector<row> rows_;
@@ -434,6 +454,9 @@ view_snapshot instance::snapshot(uint64_t now) const {
   s.matched = matched;
   s.sampled = sampled;
   s.sample_every = def->spec.sample_every;
+  s.windows.reserve(win_order.size());
+  s.groups.reserve(groups.size());
+  s.correlations.reserve(corrs.size());
   size_t ci = 0, ti = 0;
   for (uint8_t k : win_order) s.windows.push_back(k == 0 ? cwins[ci++].stats() : twins[ti++].stats(now));
   s.value_of = def->spec.value;

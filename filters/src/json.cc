@@ -22,23 +22,19 @@
 #include <cstring>
 
 #include "magnet/filters/engine.h"
+#include "text.h"
 
 namespace magnet::filters {
 
 namespace {
 
+using text::put_lit;
+using text::put_u;
+
 // Characters a number may take: uint64 20, double 24, plus ".0".
 constexpr size_t kNum = 32;
 // A JSON string of n input bytes takes at most 6n + 2 characters (\u00xx).
 constexpr size_t str_room(std::string_view s) { return 6 * s.size() + 2; }
-
-template <size_t N>
-char* put_lit(char* p, const char (&s)[N]) {
-  std::memcpy(p, s, N - 1);
-  return p + N - 1;
-}
-
-char* put_u(char* p, uint64_t v) { return std::to_chars(p, p + kNum, v).ptr; }
 
 char* put_b(char* p, bool v) { return v ? put_lit(p, "true") : put_lit(p, "false"); }
 

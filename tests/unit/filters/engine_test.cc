@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <cstdio>
 #include <random>
+#include <tuple>
 
+#include "magnet/events.h"
 #include "magnet/filters/config.h"
 #include "records.h"
 
@@ -146,6 +149,80 @@ TEST(Engine, GroupOverflowGoesToOther) {
   EXPECT_EQ(t.other_events, 2u);
   EXPECT_EQ(t.other_bytes, 90u);
   EXPECT_EQ(t.rows[0].key, 3u);  // sorted by bytes
+}
+
+TEST(Engine, GroupLabelsAndOrder) {
+  engine e;
+  auto v = spec("g", "");
+  v.group_by = {group_key::connection, group_key::vm, group_key::cpu, group_key::event,
+                group_key::process, group_key::vcpu};
+  ASSERT_TRUE(e.add_view(v).ok());
+  std::mt19937_64 rng(9);
+  const uint32_t big = 0xffffffffu;
+  std::vector<std::vector<uint8_t>> rs;
+  for (int i = 0; i < 3000; ++i) {
+    // Sizes from a small set: many rows tie on bytes and events.
+    hdr_args a{.ts = uint64_t(i), .vm = i % 7 ? uint32_t(rng() % 5) : big, .cpu = uint16_t(i % 9 ? rng() % 3 : 65535),
+               .tgid = i % 5 ? uint32_t(rng() % 6) : big, .tid = i % 3 ? uint32_t(rng() % 4) : big,
+               .id = i % 11 ? rng() % 40 : 0xfedcba9876543210ull, .size = int32_t(rng() % 3) * 100};
+    if (i % 13 == 0) {
+      a.type = MAGNET_EV_KVM_EXIT;
+      rs.push_back(kvm_exit_rec(a, i % 2 ? big : uint32_t(rng() % 3)));
+    } else {
+      a.type = i % 17 ? uint16_t(MAGNET_EV_NET_SOCK_SEND) : uint16_t(0x7ff0);  // an unknown event id too
+      rs.push_back(sock_rec(a));
+    }
+  }
+  e.feed(cat(rs));
+  auto s = snap(e, "g");
+  ASSERT_EQ(s.groups.size(), 6u);
+  auto kvm_rows = 0;
+  for (const auto& t : s.groups) {
+    ASSERT_FALSE(t.rows.empty());
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+      const auto& r = t.rows[i];
+      std::string want;
+      char b[32];
+      switch (t.by) {
+        case group_key::connection:
+          std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(r.key));
+          want = b;
+          break;
+        case group_key::vm: want = "vm " + std::to_string(r.key); break;
+        case group_key::cpu: want = "cpu " + std::to_string(r.key); break;
+        case group_key::event: want = event_name(static_cast<uint16_t>(r.key)); break;
+        case group_key::process: want = "tgid " + std::to_string(r.key); break;
+        case group_key::vcpu:
+          // kvm rows: (vm, vcpu); the others (tgid, tid).  The label tells.
+          if (r.label.rfind("vm ", 0) == 0) {
+            want = "vm " + std::to_string(r.key) + " vcpu " + std::to_string(r.key2);
+            ++kvm_rows;
+          } else {
+            want = "tid " + std::to_string(r.key) + "/" + std::to_string(r.key2);
+          }
+          break;
+      }
+      EXPECT_EQ(r.label, want) << name_of(t.by);
+      if (i == 0) continue;
+      const auto& p = t.rows[i - 1];  // bytes, then events, descending; then key, key2
+      EXPECT_TRUE(p.bytes > r.bytes || (p.bytes == r.bytes && p.events > r.events) ||
+                  (p.bytes == r.bytes && p.events == r.events && std::tie(p.key, p.key2) <= std::tie(r.key, r.key2)))
+          << name_of(t.by) << " row " << i;
+    }
+  }
+  EXPECT_GT(kvm_rows, 0);
+  auto has = [&](size_t g, const std::string& label) {
+    for (const auto& r : s.groups[g].rows)
+      if (r.label == label) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(0, "0xfedcba9876543210"));
+  EXPECT_TRUE(has(1, "vm 4294967295"));
+  EXPECT_TRUE(has(2, "cpu 65535"));
+  EXPECT_TRUE(has(3, "0x7ff0"));
+  EXPECT_TRUE(has(4, "tgid 4294967295"));
+  EXPECT_TRUE(has(5, "tid 4294967295/4294967295"));
+  EXPECT_TRUE(has(5, "vm 4294967295 vcpu 4294967295"));
 }
 
 // ----------------------------------------------------------- sampling ---

@@ -334,6 +334,41 @@ TEST(Json, DoublesRoundTripAndStayDoubles) {
   }
 }
 
+TEST(Json, IntegersMatchReference) {
+  std::vector<uint64_t> xs = {0, 1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999999, 100000000,
+                              100000001, 999999999999, 1000000000000, 9999999999999999,
+                              10000000000000000, 10000000000000001, 9999999999999999999ull,
+                              10000000000000000000ull, std::numeric_limits<uint64_t>::max()};
+  for (uint64_t p = 1; p && p <= std::numeric_limits<uint64_t>::max() / 10; p *= 10)
+    for (uint64_t d : {p - 1, p, p + 1, 2 * p, 5 * p - 1}) xs.push_back(d);
+  std::mt19937_64 rng(4);
+  for (int i = 0; i < 500; ++i) xs.push_back(rng() >> (rng() % 64));
+  view_snapshot s;
+  group_table t;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    group_row r;
+    r.key = xs[i];
+    r.key2 = xs[xs.size() - 1 - i];
+    r.events = xs[(i + 1) % xs.size()];
+    r.bytes = xs[(i + 2) % xs.size()];
+    r.errors = xs[(i + 3) % xs.size()];
+    r.first_ts = xs[(i + 4) % xs.size()];
+    r.last_ts = xs[(i + 5) % xs.size()];
+    t.rows.push_back(r);
+  }
+  t.other_bytes = xs.back();
+  s.groups.push_back(t);
+  s.ts_ns = xs.back();
+  s.vm = 0xffffffffu;
+  s.sample_every = 0xffffffffu;
+  std::vector<view_snapshot> v = {s};
+  auto text = to_json(v);
+  expect_same(json::parse(text), json::parse(ref_json(v)));
+  EXPECT_EQ(text, ref_json(v));  // integers only: byte for byte
+  auto j = json::parse(text);
+  for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(j[0]["groups"][0]["rows"][i]["key"].get<uint64_t>(), xs[i]);
+}
+
 TEST(Json, AppendsToBuffer) {
   auto s = engine_snapshots();
   std::string out = "ok ";
