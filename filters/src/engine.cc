@@ -82,8 +82,8 @@ class group_tab {
     r.last_ts = std::max<uint64_t>(r.last_ts, h.ts_ns);
   }
 
-  group_table table() const {
-    group_table t;
+  // Fills t, reusing its rows and their label strings.
+  void table(group_table& t) const {
     t.by = by_;
     t.other_events = other_events_;
     t.other_bytes = other_bytes_;
@@ -104,10 +104,10 @@ class group_tab {
       const row& y = rows_[b.i];
       return std::tuple(x.k1 & key_mask, x.k2, x.k1) < std::tuple(y.k1 & key_mask, y.k2, y.k1);
     });
-    t.rows.reserve(rows_.size());
-    for (const rank& o : order) {
-      const row& r = rows_[o.i];
-      group_row& g = t.rows.emplace_back();
+    t.rows.resize(rows_.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      const row& r = rows_[order[i].i];
+      group_row& g = t.rows[i];
       g.key = r.k1 & key_mask;
       g.key2 = r.k2;
       g.events = r.events;
@@ -115,12 +115,11 @@ class group_tab {
       g.errors = r.errors;
       g.first_ts = r.first_ts;
       g.last_ts = r.last_ts;
-      if (r.last_ts > r.first_ts)
-        g.bandwidth_bps = static_cast<double>(r.bytes - r.first_bytes) * 1e9 /
-                          static_cast<double>(r.last_ts - r.first_ts);
+      g.bandwidth_bps = r.last_ts > r.first_ts ? static_cast<double>(r.bytes - r.first_bytes) * 1e9 /
+                                                   static_cast<double>(r.last_ts - r.first_ts)
+                                             : 0;
       set_label(g.label, r);
     }
-    return t;
   }
 
   size_t memory_bytes() const {
@@ -201,8 +200,7 @@ class correlator {
     if (is_from) open(h.abstract_id, k2, h.ts_ns);
   }
 
-  correlation_stats stats() const {
-    correlation_stats c;
+  void stats(correlation_stats& c) const {
     c.name = spec_->name;
     c.matched = matched_;
     c.unmatched = unmatched_;
@@ -211,7 +209,6 @@ class correlator {
     c.reordered = reordered_;
     c.pending = live_;
     c.latency_ns = dist_of(latency_);
-    return c;
   }
 
   size_t memory_bytes() const {
@@ -326,7 +323,14 @@ struct instance {
   instance(const view_def& d, uint32_t vm);
 
   void consume(const uint8_t* rec, const magnet_hdr& h);
-  view_snapshot snapshot(uint64_t now) const;
+  // Fills s, reusing its vectors and strings (no allocation once s has
+  // held this instance's snapshot and no row was added since).
+  void snapshot(uint64_t now, view_snapshot& s) const;
+  view_snapshot snapshot(uint64_t now) const {
+    view_snapshot s;
+    snapshot(now, s);
+    return s;
+  }
   size_t memory_bytes() const;
 
   const view_def* def;
@@ -445,8 +449,7 @@ void instance::consume(const uint8_t* rec, const magnet_hdr& h) {
   for (auto& c : corrs) c.add(rec, h);
 }
 
-view_snapshot instance::snapshot(uint64_t now) const {
-  view_snapshot s;
+void instance::snapshot(uint64_t now, view_snapshot& s) const {
   s.view = def->spec.name;
   s.vm = vm;
   s.per_vm = def->spec.per_vm;
@@ -454,17 +457,16 @@ view_snapshot instance::snapshot(uint64_t now) const {
   s.matched = matched;
   s.sampled = sampled;
   s.sample_every = def->spec.sample_every;
-  s.windows.reserve(win_order.size());
-  s.groups.reserve(groups.size());
-  s.correlations.reserve(corrs.size());
+  s.windows.clear();
   size_t ci = 0, ti = 0;
   for (uint8_t k : win_order) s.windows.push_back(k == 0 ? cwins[ci++].stats() : twins[ti++].stats(now));
   s.value_of = def->spec.value;
-  if (def->spec.value != value_kind::none) s.value = dist_of(value);
-  for (const auto& g : groups) s.groups.push_back(g.table());
-  for (const auto& c : corrs) s.correlations.push_back(c.stats());
+  s.value = def->spec.value != value_kind::none ? dist_of(value) : dist_stats{};
+  s.groups.resize(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].table(s.groups[i]);
+  s.correlations.resize(corrs.size());
+  for (size_t i = 0; i < corrs.size(); ++i) corrs[i].stats(s.correlations[i]);
   s.memory_bytes = memory_bytes();
-  return s;
 }
 
 size_t instance::memory_bytes() const {
@@ -674,14 +676,24 @@ std::vector<view_snapshot> engine::snapshot(uint64_t now) const {
 }
 
 std::vector<view_snapshot> engine::snapshot_vm(uint32_t vm, uint64_t now) const {
-  if (now == 0) now = p_->st.last_ts;
   std::vector<view_snapshot> out;
-  if (vm == 0) return out;  // vm 0 is the host: it is not a VM
-  for (const auto& v : p_->views) {
-    if (!v->spec.per_vm) continue;  // global views span VMs: never delivered to one
-    if (auto* in = v->lookup(vm)) out.push_back(in->snapshot(now));
-  }
+  snapshot_vm(vm, out, now);
   return out;
+}
+
+void engine::snapshot_vm(uint32_t vm, std::vector<view_snapshot>& out, uint64_t now) const {
+  if (now == 0) now = p_->st.last_ts;
+  size_t n = 0;
+  if (vm != 0) {  // vm 0 is the host: it is not a VM
+    for (const auto& v : p_->views) {
+      if (!v->spec.per_vm) continue;  // global views span VMs: never delivered to one
+      if (auto* in = v->lookup(vm)) {
+        if (n == out.size()) out.emplace_back();
+        in->snapshot(now, out[n++]);
+      }
+    }
+  }
+  out.resize(n);
 }
 
 result<view_snapshot> engine::snapshot(std::string_view view, uint32_t vm, uint64_t now) const {

@@ -225,6 +225,49 @@ TEST(Engine, GroupLabelsAndOrder) {
   EXPECT_TRUE(has(5, "vm 4294967295 vcpu 4294967295"));
 }
 
+TEST(Engine, SnapshotIntoReusedBufferEqualsFresh) {
+  engine e;
+  auto a = spec("a", "event == net");
+  a.per_vm = true;
+  a.windows = {count_w(4), time_w(1000)};
+  a.group_by = {group_key::connection, group_key::vcpu};
+  a.correlate = {{"c", "event == net.sock.send", "event == net.sock.recv", corr_key::abstract_id, 1000, 8}};
+  auto b = spec("b", "event == net.sock.recv");
+  b.per_vm = true;
+  a.vms = {1, 2};
+  b.vms = {2, 3};  // VM 3 has only b: its view lands where VM 1's a was
+  b.value = value_kind::none;
+  b.group_by = {group_key::event};
+  ASSERT_TRUE(e.add_view(a).ok());
+  ASSERT_TRUE(e.add_view(b).ok());
+  std::vector<std::vector<uint8_t>> rs;
+  // VM 1: many connections, rising bandwidth; VM 2: one event per connection
+  // (bandwidth 0, a single timestamp), fewer rows, and view b too; VM 3: b.
+  for (uint64_t i = 0; i < 30; ++i)
+    rs.push_back(sock_rec({.ts = 10 + i, .type = i % 2 ? MAGNET_EV_NET_SOCK_RECV : MAGNET_EV_NET_SOCK_SEND,
+                           .vm = 1, .tgid = 5, .tid = 6, .id = i % 7, .size = int32_t(100 * i)}));
+  for (uint64_t i = 0; i < 3; ++i)
+    rs.push_back(sock_rec({.ts = 50 + i, .type = MAGNET_EV_NET_SOCK_RECV, .vm = 2, .tgid = 5, .tid = 6,
+                           .id = 100 + i, .size = 10}));
+  rs.push_back(sock_rec({.ts = 60, .type = MAGNET_EV_NET_SOCK_RECV, .vm = 3, .id = 1, .size = 10}));
+  e.feed(cat(rs));
+  std::vector<view_snapshot> out;
+  for (uint32_t vm : {1u, 2u, 1u, 3u, 4u, 0u, 2u, 2u, 1u, 3u}) {
+    e.snapshot_vm(vm, out);
+    auto fresh = e.snapshot_vm(vm);
+    ASSERT_EQ(out.size(), fresh.size()) << vm;
+    EXPECT_EQ(to_json(out), to_json(fresh)) << vm;
+    for (size_t i = 0; i < out.size(); ++i) {  // what JSON leaves out for value: none
+      EXPECT_EQ(out[i].value_of, fresh[i].value_of);
+      EXPECT_EQ(out[i].value.count, fresh[i].value.count) << out[i].view;
+      EXPECT_EQ(out[i].value.max, fresh[i].value.max) << out[i].view;
+    }
+  }
+  e.snapshot_vm(1, out, 12345);
+  EXPECT_EQ(to_json(out), to_json(e.snapshot_vm(1, 12345)));
+  EXPECT_EQ(out[0].ts_ns, 12345u);
+}
+
 // ----------------------------------------------------------- sampling ---
 
 TEST(Engine, SamplingAndKernelPushdownOfRates) {

@@ -246,6 +246,10 @@ class engine {
   std::vector<view_snapshot> snapshot(uint64_t now_ns = 0) const;
   // Everything VM k may receive: only the instances of per-VM views for k.
   std::vector<view_snapshot> snapshot_vm(uint32_t vm, uint64_t now_ns = 0) const;
+  // The same into `out` (replaced), reusing its vectors and strings: a
+  // caller that keeps `out` (and a to_json buffer) across ticks allocates
+  // nothing in steady state.
+  void snapshot_vm(uint32_t vm, std::vector<view_snapshot>& out, uint64_t now_ns = 0) const;
   result<view_snapshot> snapshot(std::string_view view, uint32_t vm = 0, uint64_t now_ns = 0) const;
 
   // Union of the views' pushdown (see kernel_pushdown).
