@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "magnet/filters/engine.h"
@@ -31,8 +32,11 @@ namespace {
 using text::put_lit;
 using text::put_u;
 
-// Characters a number may take: uint64 20, double 24, plus ".0".
-constexpr size_t kNum = 32;
+// Room for one number: uint64 20 characters; a double 25 (a '-', then at
+// most 23 characters of std::to_chars' shortest form, or 22 digits of a
+// fixed-notation integral value and ".0").  The rooms below add the
+// literal text of each object (counted, plus slack) to its numbers.
+constexpr size_t kU = text::kMaxU64, kD = 25, kB = 5;
 // A JSON string of n input bytes takes at most 6n + 2 characters (\u00xx).
 constexpr size_t str_room(std::string_view s) { return 6 * s.size() + 2; }
 
@@ -47,7 +51,7 @@ char* put_d(char* p, double v) {
   // Integral values below 1e15 (exact as integers): the integer and ".0",
   // cheaper than the general conversion and the form nlohmann-json used.
   if (v < 1e15 && v == std::floor(v)) return put_lit(put_u(p, static_cast<uint64_t>(v)), ".0");
-  char* e = std::to_chars(p, p + kNum, v).ptr;
+  char* e = std::to_chars(p, p + 23, v).ptr;
   for (char* q = p; q < e; ++q)
     if (*q == '.' || *q == 'e') return e;
   return put_lit(e, ".0");  // e.g. 2^53: fixed notation without a point
@@ -129,7 +133,7 @@ char* put_s(char* p, std::string_view s) {
 }
 
 // A dist_stats object, with "of" (the measured quantity) when not empty.
-constexpr size_t kDistRoom = 160 + 9 * kNum;
+constexpr size_t kDistRoom = 112 + kU + 8 * kD;  // 87 + "of" (<= 20)
 char* put_dist(char* p, const dist_stats& d, std::string_view of) {
   p = put_lit(p, "{\"count\":");
   p = put_u(p, d.count);
@@ -157,7 +161,7 @@ char* put_dist(char* p, const dist_stats& d, std::string_view of) {
   return p;
 }
 
-constexpr size_t kWindowRoom = 200 + 9 * kNum;
+constexpr size_t kWindowRoom = 144 + 6 * kU + 2 * kD + kB;  // 133
 char* put_window(char* p, const window_stats& w) {
   const bool count = w.k == window_stats::kind::count;
   p = put_lit(p, "{\"bandwidth_bps\":");
@@ -183,7 +187,7 @@ char* put_window(char* p, const window_stats& w) {
   return p;
 }
 
-constexpr size_t kRowRoom = 160 + 9 * kNum;
+constexpr size_t kRowRoom = 112 + 7 * kU + kD;  // 100, without the label
 char* put_row(char* p, const group_row& r) {
   p = put_lit(p, "{\"bandwidth_bps\":");
   p = put_d(p, r.bandwidth_bps);
@@ -207,7 +211,7 @@ char* put_row(char* p, const group_row& r) {
   return p;
 }
 
-constexpr size_t kCorrRoom = 160 + 7 * kNum + kDistRoom;
+constexpr size_t kCorrRoom = 112 + 6 * kU + kDistRoom;  // 93, without the name
 char* put_corr(char* p, const correlation_stats& c) {
   p = put_lit(p, "{\"evicted\":");
   p = put_u(p, c.evicted);
@@ -229,8 +233,8 @@ char* put_corr(char* p, const correlation_stats& c) {
   return p;
 }
 
-constexpr size_t kGroupRoom = 96 + 2 * kNum;  // without the rows
-constexpr size_t kHeadRoom = 200 + 6 * kNum + kDistRoom;  // without the view name
+constexpr size_t kGroupRoom = 80 + 2 * kU;  // 61 with "connection", without the rows
+constexpr size_t kHeadRoom = 160 + 6 * kU + kB + kDistRoom;  // 140, without the view name
 
 // An upper bound of the text of s: the sum of the parts' rooms.
 size_t snapshot_room(const view_snapshot& s) {
@@ -304,6 +308,9 @@ void append(std::string& out, size_t n, F&& write) {
   size_t at = out.size();
   out.resize(at + n);
   char* end = write(out.data() + at);
+  // The rooms are upper bounds (json_test's worst cases check each part);
+  // were one wrong, the heap is already corrupt: stop here.
+  if (end > out.data() + at + n) std::abort();
   out.resize(static_cast<size_t>(end - out.data()));
 }
 

@@ -70,8 +70,9 @@ inline char* put_hex64(char* p, uint64_t v) {
   static constexpr char kHex[] = "0123456789abcdef";
   *p++ = '0';
   *p++ = 'x';
-  for (int shift = 60; shift >= 0; shift -= 4) *p++ = kHex[(v >> shift) & 15];
-  return p;
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) p[i] = kHex[(v >> (60 - 4 * i)) & 15];
+  return p + 16;
 }
 
 }  // namespace magnet::filters::text

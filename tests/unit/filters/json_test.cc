@@ -9,6 +9,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "magnet/filters/engine.h"
 #include "records.h"
@@ -367,6 +368,60 @@ TEST(Json, IntegersMatchReference) {
   EXPECT_EQ(text, ref_json(v));  // integers only: byte for byte
   auto j = json::parse(text);
   for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(j[0]["groups"][0]["rows"][i]["key"].get<uint64_t>(), xs[i]);
+}
+
+// The longest text every field can take.  The writer sizes its buffer
+// from per-part upper bounds and aborts if the text outgrew them; many
+// copies of one part make any part's bound that is too small show.
+view_snapshot worst_case(size_t windows, size_t groups, size_t rows, size_t corrs) {
+  const uint64_t u = std::numeric_limits<uint64_t>::max();
+  const double d1 = -1.2345678901234567e-300, d2 = -1.2345678901234567e+21;  // 24, 25 characters
+  std::string ctl;  // control characters written \u00XX: 6 characters each
+  for (int c = 1; c < 0x20; ++c)
+    if (!std::strchr("\b\t\n\f\r", c)) ctl += static_cast<char>(c);
+  view_snapshot s;
+  s.view = ctl;
+  s.vm = 0xffffffffu;
+  s.per_vm = false;
+  s.ts_ns = s.matched = s.sampled = u;
+  s.sample_every = 0xffffffffu;
+  s.memory_bytes = u;
+  window_stats w;
+  w.length = w.events = w.bytes = w.errors = w.first_ts = w.last_ts = u;
+  w.rate_eps = d1;
+  w.bandwidth_bps = d2;
+  w.truncated = false;
+  s.windows.assign(windows, w);  // count windows: the longer kind
+  const dist_stats dd = {u, d1, d2, d1, d2, d1, d2, d1, d2};
+  s.value = dd;
+  s.value_of = value_kind::interarrival;
+  group_row r;
+  r.key = r.key2 = r.events = r.bytes = r.errors = r.first_ts = r.last_ts = u;
+  r.label = ctl;
+  r.bandwidth_bps = d2;
+  for (size_t i = 0; i < groups; ++i) s.groups.push_back({group_key::connection, {}, u, u});
+  if (rows) s.groups.push_back({group_key::connection, std::vector<group_row>(rows, r), u, u});
+  correlation_stats c;
+  c.name = ctl;
+  c.matched = c.unmatched = c.expired = c.evicted = c.reordered = c.pending = u;
+  c.latency_ns = dd;
+  s.correlations.assign(corrs, c);
+  return s;
+}
+
+TEST(Json, WorstCaseFields) {
+  for (auto [w, g, r, c] : {std::tuple{2, 1, 2, 2}, {0, 0, 0, 0}, {1000, 0, 0, 0}, {0, 1000, 0, 0},
+                            {0, 0, 1000, 0}, {0, 0, 0, 1000}}) {
+    auto s = worst_case(w, g, r, c);
+    if (w == 2) s.windows[1].k = window_stats::kind::time;
+    std::vector<view_snapshot> v = {s, s};
+    auto text = to_json(v);
+    EXPECT_NE(text.find("-1234567890123456774144.0"), std::string::npos);  // d2, the longest double
+    expect_same(json::parse(text), json::parse(ref_json(v, json::error_handler_t::replace)));
+    std::string one;
+    to_json(s, one);
+    EXPECT_EQ(one, text.substr(1, one.size()));
+  }
 }
 
 TEST(Json, AppendsToBuffer) {
