@@ -4,6 +4,7 @@
 // the JSON types (a double must stay a double) and the doubles' bits.
 #include <gtest/gtest.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -254,6 +255,25 @@ TEST(Json, StringsAreEscaped) {
   EXPECT_EQ(j["correlations"][0]["name"], s.correlations[0].name);
 }
 
+TEST(Json, EscapesAtEveryPosition) {
+  // The writer copies plain ASCII 8 bytes at a time: put each kind of byte
+  // that needs care at every offset of strings of many lengths.
+  const std::vector<std::string> specials = {"\"", "\\", std::string(1, '\0'), "\x1f", "\n", "\x7f",
+                                             "\xc3\xa9", "\xe2\x82\xac", "\xff"};
+  std::vector<view_snapshot> v(1);
+  group_table t;
+  for (size_t len = 0; len <= 26; ++len)
+    for (size_t at = 0; at <= len; ++at)
+      for (const auto& sp : specials) {
+        group_row r;
+        r.label = std::string(at, 'a') + sp + std::string(len - at, 'z');
+        t.rows.push_back(r);
+      }
+  v[0].groups.push_back(t);
+  v[0].view = std::string(40, 'v');
+  expect_same(json::parse(to_json(v)), json::parse(ref_json(v, json::error_handler_t::replace)));
+}
+
 TEST(Json, InvalidUtf8BecomesReplacementCharacter) {
   // The reference throws on these (type_error 316); the writer replaces each
   // maximal ill-formed subpart with U+FFFD, as nlohmann-json's `replace`.
@@ -333,6 +353,37 @@ TEST(Json, DoublesRoundTripAndStayDoubles) {
     double back = rows[i]["bandwidth_bps"].get<double>();
     ASSERT_EQ(std::memcmp(&back, &xs[i], sizeof back), 0) << xs[i];
   }
+}
+
+TEST(Json, FractionsAsShortestDigits) {
+  // Non-integral doubles of [2^-7, 2^53) take the writer's own digit
+  // generation: the text must be std::to_chars' shortest form exactly
+  // (so it reads back bit for bit), ties, carries and range ends included.
+  std::vector<double> xs = {0.1, 0.2, 0.3, 1.0 / 3, 2.0 / 3, 0.5, 1.5, 0.0078125 * 1.5,
+                            std::nextafter(0.0078125, 1.0), 0.0078125 * 3,  // 2^-7 and just above
+                            0.9999999999999999, 1.9999999999999998, 9.999999999999998, 99.99999999999999,
+                            0.99999999999999994, 4503599627370495.5, 1e15 + 0.5, 123456789012345.67,
+                            841872901525317.75, 193045534441193.375, 2.5e-2, 1234.5678};
+  std::mt19937_64 rng(8);
+  for (int i = 0; i < 100000; ++i) {
+    xs.push_back(static_cast<double>(rng() % 10'000'000) * 1e9 / static_cast<double>(1 + rng() % 1'000'000'000));
+    xs.push_back(std::ldexp(static_cast<double>(rng() >> 11), -static_cast<int>(rng() % 62)));
+  }
+  size_t checked = 0;
+  for (double x : xs) {
+    if (x == std::floor(x) || x < 0.0078125 || x >= 9007199254740992.0) continue;
+    view_snapshot s;
+    s.windows.resize(1);
+    s.windows[0].rate_eps = x;
+    s.windows[0].bandwidth_bps = -x;
+    std::string text = to_json(s);
+    char want[64];
+    *std::to_chars(want, want + sizeof want, x).ptr = 0;
+    ASSERT_NE(text.find(std::string("\"rate_eps\":") + want + ","), std::string::npos) << want << " in " << text;
+    ASSERT_NE(text.find(std::string("\"bandwidth_bps\":-") + want + ","), std::string::npos) << want;
+    ++checked;
+  }
+  EXPECT_GT(checked, 150000u);
 }
 
 TEST(Json, IntegersMatchReference) {
