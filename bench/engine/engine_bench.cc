@@ -10,6 +10,7 @@
 //   BM_HundredVmsReusedBuffers: the same with buffers kept across ticks.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 
 #include "magnet/filters/engine.h"
@@ -56,6 +57,12 @@ void shift_ts(std::vector<uint8_t>& b, uint64_t d) {
     reinterpret_cast<magnet_hdr*>(b.data() + off)->ts_ns += d;
 }
 
+// With --benchmark_repetitions: min and max next to mean/median/stddev.
+void with_range(benchmark::internal::Benchmark* b) {
+  b->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); })
+      ->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
+}
+
 void BM_PredicateMatch(benchmark::State& st) {
   auto p = predicate::parse("event == net.sock and sport == 5000 and size > 100").value();
   auto r = sock_rec({.type = MAGNET_EV_NET_SOCK_RECV, .size = 200});
@@ -87,7 +94,7 @@ void BM_FilterWindowSplit(benchmark::State& st) {
   st.SetItemsProcessed(static_cast<int64_t>(st.iterations() * n));
   st.counters["vms"] = vms;
 }
-BENCHMARK(BM_FilterWindowSplit)->Arg(8)->Arg(100);
+BENCHMARK(BM_FilterWindowSplit)->Arg(8)->Arg(100)->Apply(with_range);
 
 void BM_FilterWindowSplitSketchGroups(benchmark::State& st) {
   auto stream = make_stream(1 << 18, 100, 100);
@@ -110,7 +117,7 @@ void BM_FilterWindowSplitSketchGroups(benchmark::State& st) {
   }
   st.SetItemsProcessed(static_cast<int64_t>(st.iterations() * n));
 }
-BENCHMARK(BM_FilterWindowSplitSketchGroups);
+BENCHMARK(BM_FilterWindowSplitSketchGroups)->Apply(with_range);
 
 // The 100-VM scenario: 100 VMs with one per-VM view each (count window of
 // 1000 events, 1 s time window, size sketch, group-by connection and vcpu),
@@ -134,13 +141,7 @@ struct hundred_vms {
       off += h->len;
     }
     tenths.emplace_back(stream.data() + start, off - start);
-    view_spec v;
-    v.name = "net";
-    v.filter = "event == net";
-    v.per_vm = true;
-    v.windows = {{window_stats::kind::count, 1000, 0}, {window_stats::kind::time, 0, 1'000'000'000}};
-    v.group_by = {group_key::connection, group_key::vcpu};
-    e.add_view(v).value();
+    e.add_view(hundred_vms_view()).value();
     for (uint32_t vm = 1; vm <= kVms; ++vm) e.add_vm(vm);
   }
 
@@ -189,7 +190,8 @@ BENCHMARK(BM_HundredVms)
     ->Args({1'000'000, 1})
     ->Args({1'000'000, 0})
     ->Unit(benchmark::kMillisecond)
-    ->MinTime(2.0);
+    ->MinTime(2.0)
+    ->Apply(with_range);
 
 // The same with the buffer-reusing overloads (snapshot_vm into a kept
 // vector, to_json appending to a kept string): what a server gets by
@@ -206,7 +208,12 @@ void BM_HundredVmsReusedBuffers(benchmark::State& st) {
     return reply.size();
   });
 }
-BENCHMARK(BM_HundredVmsReusedBuffers)->Arg(100'000)->Arg(1'000'000)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_HundredVmsReusedBuffers)
+    ->Arg(100'000)
+    ->Arg(1'000'000)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->Apply(with_range);
 
 }  // namespace
 }  // namespace magnet::filters

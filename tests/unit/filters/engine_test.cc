@@ -87,12 +87,17 @@ TEST(Engine, InterarrivalValue) {
 
 // ---------------------------------------------------------- group-by ---
 
-TEST(Engine, GroupByExact) {
-  engine e;
+// View "g": every record, grouped by every key.
+view_spec all_groups_view() {
   auto v = spec("g", "");
   v.group_by = {group_key::connection, group_key::vm, group_key::cpu, group_key::event,
                 group_key::process, group_key::vcpu};
-  ASSERT_TRUE(e.add_view(v).ok());
+  return v;
+}
+
+TEST(Engine, GroupByExact) {
+  engine e;
+  ASSERT_TRUE(e.add_view(all_groups_view()).ok());
   e.feed(sock_rec({.ts = 100, .type = MAGNET_EV_NET_SOCK_SEND, .vm = 1, .cpu = 0, .tgid = 10, .tid = 11, .id = 0xa, .size = 100}));
   e.feed(sock_rec({.ts = 300, .type = MAGNET_EV_NET_SOCK_SEND, .vm = 1, .cpu = 1, .tgid = 10, .tid = 12, .id = 0xa, .size = 300}));
   e.feed(sock_rec({.ts = 500, .type = MAGNET_EV_NET_SOCK_RECV, .vm = 2, .cpu = 1, .tgid = 20, .tid = 21, .id = 0xb, .size = -104}));
@@ -153,10 +158,7 @@ TEST(Engine, GroupOverflowGoesToOther) {
 
 TEST(Engine, GroupLabelsAndOrder) {
   engine e;
-  auto v = spec("g", "");
-  v.group_by = {group_key::connection, group_key::vm, group_key::cpu, group_key::event,
-                group_key::process, group_key::vcpu};
-  ASSERT_TRUE(e.add_view(v).ok());
+  ASSERT_TRUE(e.add_view(all_groups_view()).ok());
   std::mt19937_64 rng(9);
   const uint32_t big = 0xffffffffu;
   std::vector<std::vector<uint8_t>> rs;

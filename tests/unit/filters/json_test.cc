@@ -135,11 +135,8 @@ void expect_matches_reference(const std::vector<view_snapshot>& s) {
 
 std::vector<view_snapshot> engine_snapshots() {
   engine e;
-  view_spec v;
-  v.name = "net";
-  v.filter = "event == net";
-  v.per_vm = true;
-  v.windows = {{window_stats::kind::count, 100, 0}, {window_stats::kind::time, 0, 1'000'000'000}};
+  view_spec v = hundred_vms_view();
+  v.windows[0].events = 100;
   v.group_by = {group_key::connection, group_key::vcpu, group_key::event, group_key::vm,
                 group_key::cpu, group_key::process};
   v.correlate = {{"ip-to-dev", "event == net.ip.send", "event == net.dev.xmit", corr_key::ip_id,

@@ -65,13 +65,7 @@ TEST(Memory, PerVmInstanceAllocatesAtMostOneMiB) {
 
   // The typical view of the 100-VM benchmark, and a second VM costs the same.
   engine f;
-  view_spec t;
-  t.name = "net";
-  t.filter = "event == net";
-  t.per_vm = true;
-  t.windows = {{window_stats::kind::count, 1000, 0}, {window_stats::kind::time, 0, 1'000'000'000}};
-  t.group_by = {group_key::connection, group_key::vcpu};
-  ASSERT_TRUE(f.add_view(t).ok());
+  ASSERT_TRUE(f.add_view(hundred_vms_view()).ok());
   before = g_live.load();
   f.add_vm(1);
   std::printf("typical per-VM view, empty: %lld bytes\n", static_cast<long long>(g_live.load() - before));
