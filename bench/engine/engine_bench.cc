@@ -2,12 +2,15 @@
 //   BM_FilterWindowSplit: predicate + count and time windows + per-VM routing;
 //     items_per_second is events/s on one core (target >= 10 M/s).
 //   BM_HundredVms: 100 VMs, one per-VM view each (windows, sketch, group-by),
-//     every view snapshotted and serialised at 10 Hz.  One iteration is one
-//     second of simulated stream; core_pct = CPU time per simulated second
-//     as % of one core (printed with an 's' suffix by the library: read it
-//     as a plain number).  Second argument: 1 = JSON-serialise each snapshot.
+//     every VM's views snapshotted and serialised at 10 Hz, as the daemon
+//     serves them.  One iteration is one second of simulated stream;
+//     core_pct = CPU time per simulated second as % of one core (printed
+//     with an 's' suffix by the library: read it as a plain number).
+//     Second argument: 1 = snapshot + JSON (the daemon), 0 = snapshots only.
+//   BM_HundredVmsReusedBuffers: the same with buffers kept across ticks.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 
 #include "magnet/filters/engine.h"
@@ -54,6 +57,12 @@ void shift_ts(std::vector<uint8_t>& b, uint64_t d) {
     reinterpret_cast<magnet_hdr*>(b.data() + off)->ts_ns += d;
 }
 
+// With --benchmark_repetitions: min and max next to mean/median/stddev.
+void with_range(benchmark::internal::Benchmark* b) {
+  b->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); })
+      ->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
+}
+
 void BM_PredicateMatch(benchmark::State& st) {
   auto p = predicate::parse("event == net.sock and sport == 5000 and size > 100").value();
   auto r = sock_rec({.type = MAGNET_EV_NET_SOCK_RECV, .size = 200});
@@ -85,7 +94,7 @@ void BM_FilterWindowSplit(benchmark::State& st) {
   st.SetItemsProcessed(static_cast<int64_t>(st.iterations() * n));
   st.counters["vms"] = vms;
 }
-BENCHMARK(BM_FilterWindowSplit)->Arg(8)->Arg(100);
+BENCHMARK(BM_FilterWindowSplit)->Arg(8)->Arg(100)->Apply(with_range);
 
 void BM_FilterWindowSplitSketchGroups(benchmark::State& st) {
   auto stream = make_stream(1 << 18, 100, 100);
@@ -108,62 +117,72 @@ void BM_FilterWindowSplitSketchGroups(benchmark::State& st) {
   }
   st.SetItemsProcessed(static_cast<int64_t>(st.iterations() * n));
 }
-BENCHMARK(BM_FilterWindowSplitSketchGroups);
+BENCHMARK(BM_FilterWindowSplitSketchGroups)->Apply(with_range);
 
-// One iteration = one simulated second at `rate` events/s over 100 VMs,
-// with a snapshot + JSON of every VM's view every 100 ms of stream.
-void BM_HundredVms(benchmark::State& st) {
-  const uint32_t vms = 100;
-  const size_t rate = static_cast<size_t>(st.range(0));
-  const bool json = st.range(1) != 0;  // 0: snapshots only, no serialisation
-  auto stream = make_stream(rate, vms, 1'000'000'000 / rate);
-  // Split at the 100 ms boundaries.
-  std::vector<std::span<const uint8_t>> tenths;
-  size_t off = 0, start = 0;
-  uint64_t next = 1'000'000 + 100'000'000;
-  while (off < stream.size()) {
-    auto* h = reinterpret_cast<const magnet_hdr*>(stream.data() + off);
-    if (h->ts_ns >= next) {
-      tenths.emplace_back(stream.data() + start, off - start);
-      start = off;
-      next += 100'000'000;
-    }
-    off += h->len;
-  }
-  tenths.emplace_back(stream.data() + start, off - start);
-
+// The 100-VM scenario: 100 VMs with one per-VM view each (count window of
+// 1000 events, 1 s time window, size sketch, group-by connection and vcpu),
+// fed one simulated second at `rate` events/s, cut at the 100 ms ticks.
+struct hundred_vms {
+  static constexpr uint32_t kVms = 100;
   engine e;
-  view_spec v;
-  v.name = "net";
-  v.filter = "event == net";
-  v.per_vm = true;
-  v.windows = {{window_stats::kind::count, 1000, 0}, {window_stats::kind::time, 0, 1'000'000'000}};
-  v.group_by = {group_key::connection, group_key::vcpu};
-  e.add_view(v).value();
-  for (uint32_t vm = 1; vm <= vms; ++vm) e.add_vm(vm);
-  size_t json_bytes = 0;
-  bool first = true;
-  for (auto _ : st) {
-    if (!first) {
-      st.PauseTiming();
-      shift_ts(stream, 1'000'000'000);  // the spans in tenths alias stream
-      st.ResumeTiming();
+  std::vector<uint8_t> stream;
+  std::vector<std::span<const uint8_t>> tenths;  // alias stream
+
+  explicit hundred_vms(size_t rate) : stream(make_stream(rate, kVms, 1'000'000'000 / rate)) {
+    size_t off = 0, start = 0;
+    uint64_t next = 1'000'000 + 100'000'000;
+    while (off < stream.size()) {
+      auto* h = reinterpret_cast<const magnet_hdr*>(stream.data() + off);
+      if (h->ts_ns >= next) {
+        tenths.emplace_back(stream.data() + start, off - start);
+        start = off;
+        next += 100'000'000;
+      }
+      off += h->len;
     }
-    first = false;
-    for (auto part : tenths) {
-      e.feed(part);
-      for (uint32_t vm = 1; vm <= vms; ++vm) {
-        auto snaps = e.snapshot_vm(vm);
-        json_bytes += json ? to_json(snaps).size() : snaps.size();
+    tenths.emplace_back(stream.data() + start, off - start);
+    e.add_view(hundred_vms_view()).value();
+    for (uint32_t vm = 1; vm <= kVms; ++vm) e.add_vm(vm);
+  }
+
+  // One iteration = one simulated second: the stream, and at every 100 ms
+  // tick `serve(vm)` for every VM.  core_pct = CPU time per simulated
+  // second as % of one core.
+  template <class Serve>
+  void run(benchmark::State& st, size_t rate, Serve&& serve) {
+    size_t bytes = 0;
+    bool first = true;
+    for (auto _ : st) {
+      if (!first) {
+        st.PauseTiming();
+        shift_ts(stream, 1'000'000'000);  // replay one second later
+        st.ResumeTiming();
+      }
+      first = false;
+      for (auto part : tenths) {
+        e.feed(part);
+        for (uint32_t vm = 1; vm <= kVms; ++vm) bytes += serve(vm);
       }
     }
+    benchmark::DoNotOptimize(bytes);
+    st.SetItemsProcessed(static_cast<int64_t>(st.iterations() * rate));
+    st.counters["core_pct"] = benchmark::Counter(static_cast<double>(st.iterations()) / 100.0,
+                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    st.counters["view_bytes"] = static_cast<double>(e.snapshot("net", 1).value().memory_bytes);
   }
-  benchmark::DoNotOptimize(json_bytes);
-  st.SetItemsProcessed(static_cast<int64_t>(st.iterations() * rate));
-  // CPU seconds per simulated second, as % of one core.
-  st.counters["core_pct"] = benchmark::Counter(static_cast<double>(st.iterations()) / 100.0,
-                                               benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  st.counters["view_bytes"] = static_cast<double>(e.snapshot("net", 1).value().memory_bytes);
+};
+
+// Second argument 1: what the daemon does for `views VM` (host/src/daemon.cc),
+// snapshot and serialise, at every tick for every VM; 0: snapshots only.
+void BM_HundredVms(benchmark::State& st) {
+  const auto rate = static_cast<size_t>(st.range(0));
+  const bool json = st.range(1) != 0;
+  hundred_vms h(rate);
+  h.run(st, rate, [&](uint32_t vm) -> size_t {
+    if (!json) return h.e.snapshot_vm(vm).size();
+    std::string reply = "ok " + to_json(h.e.snapshot_vm(vm));
+    return reply.size();
+  });
 }
 BENCHMARK(BM_HundredVms)
     ->Args({100'000, 1})
@@ -171,7 +190,30 @@ BENCHMARK(BM_HundredVms)
     ->Args({1'000'000, 1})
     ->Args({1'000'000, 0})
     ->Unit(benchmark::kMillisecond)
-    ->MinTime(2.0);
+    ->MinTime(2.0)
+    ->Apply(with_range);
+
+// The same with the buffer-reusing overloads (snapshot_vm into a kept
+// vector, to_json appending to a kept string): what a server gets by
+// keeping its buffers across ticks.
+void BM_HundredVmsReusedBuffers(benchmark::State& st) {
+  const auto rate = static_cast<size_t>(st.range(0));
+  hundred_vms h(rate);
+  std::vector<view_snapshot> snaps;
+  std::string reply;
+  h.run(st, rate, [&](uint32_t vm) -> size_t {
+    h.e.snapshot_vm(vm, snaps);
+    reply.assign("ok ");
+    to_json(snaps, reply);
+    return reply.size();
+  });
+}
+BENCHMARK(BM_HundredVmsReusedBuffers)
+    ->Arg(100'000)
+    ->Arg(1'000'000)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->Apply(with_range);
 
 }  // namespace
 }  // namespace magnet::filters

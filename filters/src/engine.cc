@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cinttypes>
-#include <cstdio>
 #include <numeric>
+#include <tuple>
 #include <unordered_map>
 
 #include "magnet/events.h"
@@ -12,29 +11,27 @@
 #include "magnet/record.h"
 #include "payload.h"
 #include "tables.h"
+#include "text.h"
 
 namespace magnet::filters {
 
 namespace {
 
 dist_stats dist_of(const quantile_sketch& s) {
+  static constexpr double kQs[] = {0.5, 0.9, 0.99};
+  double q[3];
+  s.quantiles(kQs, q);
   dist_stats d;
   d.count = s.count();
   d.sum = s.sum();
   d.mean = s.mean();
   d.min = s.min();
   d.max = s.max();
-  d.p50 = s.quantile(0.5);
-  d.p90 = s.quantile(0.9);
-  d.p99 = s.quantile(0.99);
+  d.p50 = q[0];
+  d.p90 = q[1];
+  d.p99 = q[2];
   d.relative_accuracy = s.relative_accuracy();
   return d;
-}
-
-std::string hex64(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
-  return b;
 }
 
 // ------------------------------------------------------------ group-by ---
@@ -85,43 +82,44 @@ class group_tab {
     r.last_ts = std::max<uint64_t>(r.last_ts, h.ts_ns);
   }
 
-  group_table table() const {
-    group_table t;
+  // Fills t, reusing its rows and their label strings.
+  void table(group_table& t) const {
     t.by = by_;
     t.other_events = other_events_;
     t.other_bytes = other_bytes_;
-    t.rows.reserve(rows_.size());
-    for (const row& r : rows_) {
-      group_row g;
-      g.key = r.k1 & ~(by_ == group_key::vcpu ? kKvmBit : 0);
+    // Sort compact (bytes, events, position) entries, then build each
+    // output row once, in its place (no moves of rows with their labels).
+    struct rank {
+      uint64_t bytes, events;
+      uint32_t i;
+    };
+    static thread_local std::vector<rank> order;
+    order.clear();
+    for (uint32_t i = 0; i < rows_.size(); ++i) order.push_back({rows_[i].bytes, rows_[i].events, i});
+    const uint64_t key_mask = by_ == group_key::vcpu ? ~kKvmBit : ~uint64_t{0};
+    std::sort(order.begin(), order.end(), [&](const rank& a, const rank& b) {
+      if (a.bytes != b.bytes) return a.bytes > b.bytes;
+      if (a.events != b.events) return a.events > b.events;
+      const row& x = rows_[a.i];
+      const row& y = rows_[b.i];
+      return std::tuple(x.k1 & key_mask, x.k2, x.k1) < std::tuple(y.k1 & key_mask, y.k2, y.k1);
+    });
+    t.rows.resize(rows_.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      const row& r = rows_[order[i].i];
+      group_row& g = t.rows[i];
+      g.key = r.k1 & key_mask;
       g.key2 = r.k2;
       g.events = r.events;
       g.bytes = r.bytes;
       g.errors = r.errors;
       g.first_ts = r.first_ts;
       g.last_ts = r.last_ts;
-      if (r.last_ts > r.first_ts)
-        g.bandwidth_bps = static_cast<double>(r.bytes - r.first_bytes) * 1e9 /
-                          static_cast<double>(r.last_ts - r.first_ts);
-      switch (by_) {
-        case group_key::connection: g.label = hex64(r.k1); break;
-        case group_key::vm: g.label = "vm " + std::to_string(r.k1); break;
-        case group_key::cpu: g.label = "cpu " + std::to_string(r.k1); break;
-        case group_key::event: g.label = event_name(static_cast<uint16_t>(r.k1)); break;
-        case group_key::process: g.label = "tgid " + std::to_string(r.k1); break;
-        case group_key::vcpu:
-          g.label = (r.k1 & kKvmBit) ? "vm " + std::to_string(g.key) + " vcpu " + std::to_string(r.k2)
-                                     : "tid " + std::to_string(r.k1) + "/" + std::to_string(r.k2);
-          break;
-      }
-      t.rows.push_back(std::move(g));
+      g.bandwidth_bps = r.last_ts > r.first_ts ? static_cast<double>(r.bytes - r.first_bytes) * 1e9 /
+                                                   static_cast<double>(r.last_ts - r.first_ts)
+                                             : 0;
+      set_label(g.label, r);
     }
-    std::sort(t.rows.begin(), t.rows.end(), [](const group_row& a, const group_row& b) {
-      if (a.bytes != b.bytes) return a.bytes > b.bytes;
-      if (a.events != b.events) return a.events > b.events;
-      return std::tie(a.key, a.key2) < std::tie(b.key, b.key2);
-    });
-    return t;
   }
 
   size_t memory_bytes() const {
@@ -139,6 +137,27 @@ class group_tab {
     uint64_t first_ts, last_ts;
     uint64_t first_bytes;  // bytes of the first event: excluded from bandwidth
   };
+
+  // "0x1f3a...", "vm 3", "cpu 1", "net.sock.recv", "tgid 100",
+  // "vm 3 vcpu 1" (kvm records), "tid 100/101" (other records by vcpu).
+  void set_label(std::string& out, const row& r) const {
+    using text::put_hex64, text::put_lit, text::put_u;
+    char b[64];
+    char* p = b;
+    switch (by_) {
+      case group_key::connection: p = put_hex64(p, r.k1); break;
+      case group_key::vm: p = put_u(put_lit(p, "vm "), r.k1); break;
+      case group_key::cpu: p = put_u(put_lit(p, "cpu "), r.k1); break;
+      case group_key::event: out = event_name(static_cast<uint16_t>(r.k1)); return;
+      case group_key::process: p = put_u(put_lit(p, "tgid "), r.k1); break;
+      case group_key::vcpu:
+        if (r.k1 & kKvmBit) p = put_u(put_lit(put_u(put_lit(p, "vm "), r.k1 & ~kKvmBit), " vcpu "), r.k2);
+        else p = put_u(put_lit(put_u(put_lit(p, "tid "), r.k1), "/"), r.k2);
+        break;
+    }
+    out.assign(b, p);
+  }
+
   group_key by_;
   uint32_t max_;
   std::vector<row> rows_;
@@ -181,8 +200,7 @@ class correlator {
     if (is_from) open(h.abstract_id, k2, h.ts_ns);
   }
 
-  correlation_stats stats() const {
-    correlation_stats c;
+  void stats(correlation_stats& c) const {
     c.name = spec_->name;
     c.matched = matched_;
     c.unmatched = unmatched_;
@@ -191,7 +209,6 @@ class correlator {
     c.reordered = reordered_;
     c.pending = live_;
     c.latency_ns = dist_of(latency_);
-    return c;
   }
 
   size_t memory_bytes() const {
@@ -306,7 +323,14 @@ struct instance {
   instance(const view_def& d, uint32_t vm);
 
   void consume(const uint8_t* rec, const magnet_hdr& h);
-  view_snapshot snapshot(uint64_t now) const;
+  // Fills s, reusing its vectors and strings (no allocation once s has
+  // held this instance's snapshot and no row was added since).
+  void snapshot(uint64_t now, view_snapshot& s) const;
+  view_snapshot snapshot(uint64_t now) const {
+    view_snapshot s;
+    snapshot(now, s);
+    return s;
+  }
   size_t memory_bytes() const;
 
   const view_def* def;
@@ -425,8 +449,7 @@ void instance::consume(const uint8_t* rec, const magnet_hdr& h) {
   for (auto& c : corrs) c.add(rec, h);
 }
 
-view_snapshot instance::snapshot(uint64_t now) const {
-  view_snapshot s;
+void instance::snapshot(uint64_t now, view_snapshot& s) const {
   s.view = def->spec.name;
   s.vm = vm;
   s.per_vm = def->spec.per_vm;
@@ -434,14 +457,16 @@ view_snapshot instance::snapshot(uint64_t now) const {
   s.matched = matched;
   s.sampled = sampled;
   s.sample_every = def->spec.sample_every;
+  s.windows.clear();
   size_t ci = 0, ti = 0;
   for (uint8_t k : win_order) s.windows.push_back(k == 0 ? cwins[ci++].stats() : twins[ti++].stats(now));
   s.value_of = def->spec.value;
-  if (def->spec.value != value_kind::none) s.value = dist_of(value);
-  for (const auto& g : groups) s.groups.push_back(g.table());
-  for (const auto& c : corrs) s.correlations.push_back(c.stats());
+  s.value = def->spec.value != value_kind::none ? dist_of(value) : dist_stats{};
+  s.groups.resize(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].table(s.groups[i]);
+  s.correlations.resize(corrs.size());
+  for (size_t i = 0; i < corrs.size(); ++i) corrs[i].stats(s.correlations[i]);
   s.memory_bytes = memory_bytes();
-  return s;
 }
 
 size_t instance::memory_bytes() const {
@@ -651,14 +676,24 @@ std::vector<view_snapshot> engine::snapshot(uint64_t now) const {
 }
 
 std::vector<view_snapshot> engine::snapshot_vm(uint32_t vm, uint64_t now) const {
-  if (now == 0) now = p_->st.last_ts;
   std::vector<view_snapshot> out;
-  if (vm == 0) return out;  // vm 0 is the host: it is not a VM
-  for (const auto& v : p_->views) {
-    if (!v->spec.per_vm) continue;  // global views span VMs: never delivered to one
-    if (auto* in = v->lookup(vm)) out.push_back(in->snapshot(now));
-  }
+  snapshot_vm(vm, out, now);
   return out;
+}
+
+void engine::snapshot_vm(uint32_t vm, std::vector<view_snapshot>& out, uint64_t now) const {
+  if (now == 0) now = p_->st.last_ts;
+  size_t n = 0;
+  if (vm != 0) {  // vm 0 is the host: it is not a VM
+    for (const auto& v : p_->views) {
+      if (!v->spec.per_vm) continue;  // global views span VMs: never delivered to one
+      if (auto* in = v->lookup(vm)) {
+        if (n == out.size()) out.emplace_back();
+        in->snapshot(now, out[n++]);
+      }
+    }
+  }
+  out.resize(n);
 }
 
 result<view_snapshot> engine::snapshot(std::string_view view, uint32_t vm, uint64_t now) const {

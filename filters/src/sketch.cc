@@ -105,19 +105,39 @@ void quantile_sketch::clear() {
 }
 
 double quantile_sketch::quantile(double q) const {
-  if (count_ == 0) return 0;
-  q = std::clamp(q, 0.0, 1.0);
-  if (q == 0) return min_;
-  if (q == 1) return max_;
-  auto rank = static_cast<uint64_t>(q * static_cast<double>(count_ - 1));
+  double v;
+  quantiles({&q, 1}, {&v, 1});
+  return v;
+}
+
+void quantile_sketch::quantiles(std::span<const double> qs, std::span<double> out) const {
+  // One walk over the buckets: `seen` counts the values up to bucket b - 1.
   uint64_t seen = zero_;
-  if (seen > rank) return 0;
-  for (size_t i = 0; i < bins_.size(); ++i) {
-    seen += bins_[i];
-    if (seen > rank)
-      return std::clamp(value_of(offset_ + static_cast<int>(i)), min_, max_);
+  size_t b = 0;
+  uint64_t prev_rank = 0;
+  for (size_t j = 0; j < qs.size() && j < out.size(); ++j) {
+    double q = std::clamp(qs[j], 0.0, 1.0);
+    if (count_ == 0) {
+      out[j] = 0;
+      continue;
+    }
+    if (q == 0 || q == 1) {
+      out[j] = q == 0 ? min_ : max_;
+      continue;
+    }
+    auto rank = static_cast<uint64_t>(q * static_cast<double>(count_ - 1));
+    if (rank < prev_rank) {  // not ascending: walk again from the start
+      seen = zero_;
+      b = 0;
+    }
+    prev_rank = rank;
+    if (zero_ > rank) {
+      out[j] = 0;
+      continue;
+    }
+    while (b < bins_.size() && seen <= rank) seen += bins_[b++];
+    out[j] = seen > rank ? std::clamp(value_of(offset_ + static_cast<int>(b) - 1), min_, max_) : max_;
   }
-  return max_;
 }
 
 }  // namespace magnet::filters

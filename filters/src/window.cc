@@ -72,6 +72,13 @@ void time_window::add(uint64_t ts, int32_t size) {
   ++n_;
   if (size >= 0) bytes_ += static_cast<uint64_t>(size);
   else ++errors_;
+  // The next add reads the oldest entries (expiry: typically the oldest
+  // goes and the one after it stays) and writes after the newest; those
+  // lines are cold when many windows share the core.
+  const size_t m = ring_.size() - 1;
+  __builtin_prefetch(&ring_[head_]);
+  __builtin_prefetch(&ring_[(head_ + 1) & m]);
+  __builtin_prefetch(&ring_[(head_ + n_) & m], 1);
 }
 
 window_stats time_window::stats(uint64_t now) const {

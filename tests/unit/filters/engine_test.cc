@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <cstdio>
 #include <random>
+#include <tuple>
 
+#include "magnet/events.h"
 #include "magnet/filters/config.h"
 #include "records.h"
 
@@ -84,12 +87,17 @@ TEST(Engine, InterarrivalValue) {
 
 // ---------------------------------------------------------- group-by ---
 
-TEST(Engine, GroupByExact) {
-  engine e;
+// View "g": every record, grouped by every key.
+view_spec all_groups_view() {
   auto v = spec("g", "");
   v.group_by = {group_key::connection, group_key::vm, group_key::cpu, group_key::event,
                 group_key::process, group_key::vcpu};
-  ASSERT_TRUE(e.add_view(v).ok());
+  return v;
+}
+
+TEST(Engine, GroupByExact) {
+  engine e;
+  ASSERT_TRUE(e.add_view(all_groups_view()).ok());
   e.feed(sock_rec({.ts = 100, .type = MAGNET_EV_NET_SOCK_SEND, .vm = 1, .cpu = 0, .tgid = 10, .tid = 11, .id = 0xa, .size = 100}));
   e.feed(sock_rec({.ts = 300, .type = MAGNET_EV_NET_SOCK_SEND, .vm = 1, .cpu = 1, .tgid = 10, .tid = 12, .id = 0xa, .size = 300}));
   e.feed(sock_rec({.ts = 500, .type = MAGNET_EV_NET_SOCK_RECV, .vm = 2, .cpu = 1, .tgid = 20, .tid = 21, .id = 0xb, .size = -104}));
@@ -146,6 +154,120 @@ TEST(Engine, GroupOverflowGoesToOther) {
   EXPECT_EQ(t.other_events, 2u);
   EXPECT_EQ(t.other_bytes, 90u);
   EXPECT_EQ(t.rows[0].key, 3u);  // sorted by bytes
+}
+
+TEST(Engine, GroupLabelsAndOrder) {
+  engine e;
+  ASSERT_TRUE(e.add_view(all_groups_view()).ok());
+  std::mt19937_64 rng(9);
+  const uint32_t big = 0xffffffffu;
+  std::vector<std::vector<uint8_t>> rs;
+  for (int i = 0; i < 3000; ++i) {
+    // Sizes from a small set: many rows tie on bytes and events.
+    hdr_args a{.ts = uint64_t(i), .vm = i % 7 ? uint32_t(rng() % 5) : big, .cpu = uint16_t(i % 9 ? rng() % 3 : 65535),
+               .tgid = i % 5 ? uint32_t(rng() % 6) : big, .tid = i % 3 ? uint32_t(rng() % 4) : big,
+               .id = i % 11 ? rng() % 40 : 0xfedcba9876543210ull, .size = int32_t(rng() % 3) * 100};
+    if (i % 13 == 0) {
+      a.type = MAGNET_EV_KVM_EXIT;
+      rs.push_back(kvm_exit_rec(a, i % 2 ? big : uint32_t(rng() % 3)));
+    } else {
+      a.type = i % 17 ? uint16_t(MAGNET_EV_NET_SOCK_SEND) : uint16_t(0x7ff0);  // an unknown event id too
+      rs.push_back(sock_rec(a));
+    }
+  }
+  e.feed(cat(rs));
+  auto s = snap(e, "g");
+  ASSERT_EQ(s.groups.size(), 6u);
+  auto kvm_rows = 0;
+  for (const auto& t : s.groups) {
+    ASSERT_FALSE(t.rows.empty());
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+      const auto& r = t.rows[i];
+      std::string want;
+      char b[32];
+      switch (t.by) {
+        case group_key::connection:
+          std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(r.key));
+          want = b;
+          break;
+        case group_key::vm: want = "vm " + std::to_string(r.key); break;
+        case group_key::cpu: want = "cpu " + std::to_string(r.key); break;
+        case group_key::event: want = event_name(static_cast<uint16_t>(r.key)); break;
+        case group_key::process: want = "tgid " + std::to_string(r.key); break;
+        case group_key::vcpu:
+          // kvm rows: (vm, vcpu); the others (tgid, tid).  The label tells.
+          if (r.label.rfind("vm ", 0) == 0) {
+            want = "vm " + std::to_string(r.key) + " vcpu " + std::to_string(r.key2);
+            ++kvm_rows;
+          } else {
+            want = "tid " + std::to_string(r.key) + "/" + std::to_string(r.key2);
+          }
+          break;
+      }
+      EXPECT_EQ(r.label, want) << name_of(t.by);
+      if (i == 0) continue;
+      const auto& p = t.rows[i - 1];  // bytes, then events, descending; then key, key2
+      EXPECT_TRUE(p.bytes > r.bytes || (p.bytes == r.bytes && p.events > r.events) ||
+                  (p.bytes == r.bytes && p.events == r.events && std::tie(p.key, p.key2) <= std::tie(r.key, r.key2)))
+          << name_of(t.by) << " row " << i;
+    }
+  }
+  EXPECT_GT(kvm_rows, 0);
+  auto has = [&](size_t g, const std::string& label) {
+    for (const auto& r : s.groups[g].rows)
+      if (r.label == label) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(0, "0xfedcba9876543210"));
+  EXPECT_TRUE(has(1, "vm 4294967295"));
+  EXPECT_TRUE(has(2, "cpu 65535"));
+  EXPECT_TRUE(has(3, "0x7ff0"));
+  EXPECT_TRUE(has(4, "tgid 4294967295"));
+  EXPECT_TRUE(has(5, "tid 4294967295/4294967295"));
+  EXPECT_TRUE(has(5, "vm 4294967295 vcpu 4294967295"));
+}
+
+TEST(Engine, SnapshotIntoReusedBufferEqualsFresh) {
+  engine e;
+  auto a = spec("a", "event == net");
+  a.per_vm = true;
+  a.windows = {count_w(4), time_w(1000)};
+  a.group_by = {group_key::connection, group_key::vcpu};
+  a.correlate = {{"c", "event == net.sock.send", "event == net.sock.recv", corr_key::abstract_id, 1000, 8}};
+  auto b = spec("b", "event == net.sock.recv");
+  b.per_vm = true;
+  a.vms = {1, 2};
+  b.vms = {2, 3};  // VM 3 has only b: its view lands where VM 1's a was
+  b.value = value_kind::none;
+  b.group_by = {group_key::event};
+  ASSERT_TRUE(e.add_view(a).ok());
+  ASSERT_TRUE(e.add_view(b).ok());
+  std::vector<std::vector<uint8_t>> rs;
+  // VM 1: many connections, rising bandwidth; VM 2: one event per connection
+  // (bandwidth 0, a single timestamp), fewer rows, and view b too; VM 3: b.
+  for (uint64_t i = 0; i < 30; ++i)
+    rs.push_back(sock_rec({.ts = 10 + i, .type = i % 2 ? MAGNET_EV_NET_SOCK_RECV : MAGNET_EV_NET_SOCK_SEND,
+                           .vm = 1, .tgid = 5, .tid = 6, .id = i % 7, .size = int32_t(100 * i)}));
+  for (uint64_t i = 0; i < 3; ++i)
+    rs.push_back(sock_rec({.ts = 50 + i, .type = MAGNET_EV_NET_SOCK_RECV, .vm = 2, .tgid = 5, .tid = 6,
+                           .id = 100 + i, .size = 10}));
+  rs.push_back(sock_rec({.ts = 60, .type = MAGNET_EV_NET_SOCK_RECV, .vm = 3, .id = 1, .size = 10}));
+  e.feed(cat(rs));
+  std::vector<view_snapshot> out;
+  for (uint32_t vm : {1u, 2u, 1u, 3u, 4u, 0u, 2u, 2u, 1u, 3u}) {
+    e.snapshot_vm(vm, out);
+    auto fresh = e.snapshot_vm(vm);
+    ASSERT_EQ(out.size(), fresh.size()) << vm;
+    EXPECT_EQ(to_json(out), to_json(fresh)) << vm;
+    for (size_t i = 0; i < out.size(); ++i) {  // what JSON leaves out for value: none
+      EXPECT_EQ(out[i].value_of, fresh[i].value_of);
+      EXPECT_EQ(out[i].value.count, fresh[i].value.count) << out[i].view;
+      EXPECT_EQ(out[i].value.max, fresh[i].value.max) << out[i].view;
+    }
+  }
+  e.snapshot_vm(1, out, 12345);
+  EXPECT_EQ(to_json(out), to_json(e.snapshot_vm(1, 12345)));
+  EXPECT_EQ(out[0].ts_ns, 12345u);
 }
 
 // ----------------------------------------------------------- sampling ---

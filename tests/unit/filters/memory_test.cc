@@ -65,13 +65,7 @@ TEST(Memory, PerVmInstanceAllocatesAtMostOneMiB) {
 
   // The typical view of the 100-VM benchmark, and a second VM costs the same.
   engine f;
-  view_spec t;
-  t.name = "net";
-  t.filter = "event == net";
-  t.per_vm = true;
-  t.windows = {{window_stats::kind::count, 1000, 0}, {window_stats::kind::time, 0, 1'000'000'000}};
-  t.group_by = {group_key::connection, group_key::vcpu};
-  ASSERT_TRUE(f.add_view(t).ok());
+  ASSERT_TRUE(f.add_view(hundred_vms_view()).ok());
   before = g_live.load();
   f.add_vm(1);
   std::printf("typical per-VM view, empty: %lld bytes\n", static_cast<long long>(g_live.load() - before));
@@ -101,6 +95,48 @@ TEST(Memory, SteadyStateFeedDoesNotAllocate) {
   e.feed(buf);
   EXPECT_EQ(g_live.load(), before);
   EXPECT_EQ(g_allocs.load(), allocs);  // not even transient allocations
+}
+
+TEST(Memory, ReusedSnapshotBuffersDoNotAllocate) {
+  // What a 10 Hz server can do: keep the snapshot vector and the JSON
+  // buffer across ticks.  Once they have held a VM's views, further ticks
+  // (new records, no new rows) allocate nothing.
+  view_spec v;
+  v.name = "net-view-with-a-name-longer-than-sso";
+  v.filter = "event == net";
+  v.per_vm = true;
+  v.windows = {{window_stats::kind::count, 1000, 0}, {window_stats::kind::time, 0, 1'000'000'000}};
+  v.group_by = {group_key::connection, group_key::vcpu};  // 18-character labels
+  v.correlate = {{"correlation-with-a-long-name", "event == net.sock.send", "event == net.sock.recv",
+                  corr_key::abstract_id, 1'000'000, 64}};
+  engine e;
+  ASSERT_TRUE(e.add_view(v).ok());
+  std::vector<uint8_t> buf;
+  for (uint32_t i = 0; i < 8000; ++i) {
+    auto r = sock_rec({.ts = i * 1000ull, .type = i % 2 ? MAGNET_EV_NET_SOCK_RECV : MAGNET_EV_NET_SOCK_SEND,
+                       .vm = 1 + i % 4, .tgid = 7, .tid = 8 + i % 3, .id = i % 16, .size = int32_t(i % 1500)});
+    buf.insert(buf.end(), r.begin(), r.end());
+  }
+  e.feed(buf);
+  std::vector<view_snapshot> snaps;
+  std::string json;
+  auto tick = [&] {
+    for (uint32_t vm = 1; vm <= 4; ++vm) {
+      e.snapshot_vm(vm, snaps);
+      json.clear();
+      to_json(snaps, json);
+    }
+  };
+  tick();  // sizes the buffers
+  for (size_t off = 0; off < buf.size(); off += reinterpret_cast<magnet_hdr*>(buf.data() + off)->len)
+    reinterpret_cast<magnet_hdr*>(buf.data() + off)->ts_ns += 8000ull * 1000;
+  e.feed(buf);
+  int64_t allocs = g_allocs.load();
+  tick();
+  EXPECT_EQ(g_allocs.load(), allocs);
+  ASSERT_EQ(snaps.size(), 1u);
+  EXPECT_EQ(snaps[0].groups[0].rows.size(), 4u);  // VM 4's connections
+  EXPECT_EQ(json, to_json(e.snapshot_vm(4)));
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Record builders shared by the filters tests.
+// Record builders (and the benchmark's view) shared by the filters tests
+// and bench/engine.
 #pragma once
 
 #include <arpa/inet.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "magnet/event.h"
+#include "magnet/filters/engine.h"
 #include "magnet/trace_file.h"
 
 namespace magnet::filters::testing {
@@ -83,6 +85,19 @@ inline std::vector<uint8_t> kvm_exit_rec(const hdr_args& a, uint32_t vcpu) {
   magnet_kvm_exit k{};
   k.vcpu_id = vcpu;
   return make_record(hdr(a), k);
+}
+
+// The per-VM view of the 100-VM benchmark (BM_HundredVms): network
+// records, a count window of 1000 events and a 1 s time window, the size
+// sketch, group-by connection and vcpu.
+inline view_spec hundred_vms_view() {
+  view_spec v;
+  v.name = "net";
+  v.filter = "event == net";
+  v.per_vm = true;
+  v.windows = {{window_stats::kind::count, 1000, 0}, {window_stats::kind::time, 0, 1'000'000'000}};
+  v.group_by = {group_key::connection, group_key::vcpu};
+  return v;
 }
 
 }  // namespace magnet::filters::testing

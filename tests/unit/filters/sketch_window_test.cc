@@ -76,6 +76,28 @@ TEST(Sketch, ZerosAndSmallCounts) {
   EXPECT_EQ(one.quantile(0.5), 1234);  // clamped to [min, max]
 }
 
+TEST(Sketch, QuantilesInOnePassEqualQuantile) {
+  std::mt19937_64 rng(5);
+  std::lognormal_distribution<double> ln(6, 2);
+  const std::vector<double> qs = {0, 0.001, 0.1, 0.25, 0.5, 0.5, 0.9, 0.99, 0.999, 1};
+  for (int round = 0; round < 20; ++round) {
+    quantile_sketch s(round % 2 ? 0.01 : 0.002);
+    size_t n = round == 0 ? 0 : static_cast<size_t>(rng() % 5000);
+    for (size_t i = 0; i < n; ++i) s.add(rng() % 4 == 0 ? 0 : ln(rng));  // zeros too
+    std::vector<double> one(qs.size());
+    s.quantiles(qs, one);
+    for (size_t i = 0; i < qs.size(); ++i) EXPECT_EQ(one[i], s.quantile(qs[i])) << "q=" << qs[i] << " n=" << n;
+    // Any order, clamping, and a short output span.
+    const std::vector<double> odd = {0.99, 0.5, -1, 2, 0.9, 0.1};
+    std::vector<double> out(odd.size());
+    s.quantiles(odd, out);
+    for (size_t i = 0; i < odd.size(); ++i) EXPECT_EQ(out[i], s.quantile(odd[i])) << "q=" << odd[i];
+    double first = -1;
+    s.quantiles(qs, {&first, 1});
+    EXPECT_EQ(first, s.quantile(0));
+  }
+}
+
 TEST(Sketch, MergeEqualsSingleSketch) {
   std::mt19937_64 rng(11);
   std::lognormal_distribution<double> ln(6, 1.5);

@@ -138,8 +138,15 @@ struct view_snapshot {
   size_t memory_bytes = 0;
 };
 
+// The delivered format (docs/engine.md, "Snapshot JSON"): one object per
+// snapshot, an array for a span.  NaN and infinities are written as null;
+// bytes of names and labels that are not UTF-8 become U+FFFD.
 std::string to_json(const view_snapshot& s);
 std::string to_json(std::span<const view_snapshot> s);
+// The same text appended to `out` (not cleared: a caller may put a prefix
+// first), so a buffer can be reused across snapshots without allocating.
+void to_json(const view_snapshot& s, std::string& out);
+void to_json(std::span<const view_snapshot> s, std::string& out);
 std::string_view name_of(group_key k);
 std::string_view name_of(value_kind k);
 std::string_view name_of(corr_key k);
@@ -239,6 +246,10 @@ class engine {
   std::vector<view_snapshot> snapshot(uint64_t now_ns = 0) const;
   // Everything VM k may receive: only the instances of per-VM views for k.
   std::vector<view_snapshot> snapshot_vm(uint32_t vm, uint64_t now_ns = 0) const;
+  // The same into `out` (replaced), reusing its vectors and strings: a
+  // caller that keeps `out` (and a to_json buffer) across ticks allocates
+  // nothing in steady state.
+  void snapshot_vm(uint32_t vm, std::vector<view_snapshot>& out, uint64_t now_ns = 0) const;
   result<view_snapshot> snapshot(std::string_view view, uint32_t vm = 0, uint64_t now_ns = 0) const;
 
   // Union of the views' pushdown (see kernel_pushdown).

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "magnet/result.h"
@@ -26,6 +27,9 @@ class quantile_sketch {
   void clear();
 
   double quantile(double q) const;  // 0 if empty
+  // quantile(qs[i]) into out[i] (same size), in one pass over the buckets
+  // when qs is ascending (any order is accepted).
+  void quantiles(std::span<const double> qs, std::span<double> out) const;
   uint64_t count() const { return count_; }
   double sum() const { return sum_; }
   double min() const { return count_ ? min_ : 0; }
