@@ -432,8 +432,17 @@ result<std::unique_ptr<capture>> capture::open(const capture_options& opt) {
   // cgroup_skb programs may not ask for the current task on 6.1; 6.18 allows it.
   c->skel_->rodata->cgskb_has_task =
       libbpf_probe_bpf_helper(BPF_PROG_TYPE_CGROUP_SKB, BPF_FUNC_get_current_pid_tgid, nullptr) > 0;
-  c->skel_->bss->filter_ctl.wakeup_watermark =
-      opt.wakeup_watermark ? opt.wakeup_watermark : rb / 8;
+  uint64_t wm = opt.wakeup_watermark ? opt.wakeup_watermark : rb / 8;
+  c->skel_->bss->filter_ctl.wakeup_watermark = wm;
+  // mg_submit checks the watermark on one record in N per probe and CPU, so
+  // up to N records of every probe on every CPU can go by unchecked: keep
+  // that under an eighth of the room above the watermark (records are at
+  // most 256 bytes), and N at most 16.  Small rings check every record.
+  uint64_t room = rb > wm ? rb - wm : 0;
+  uint64_t per_check = uint64_t{MAGNET_NPROBES} * static_cast<uint64_t>(c->ncpus_) * 256;
+  uint32_t every = 1;
+  while (every < 16 && 2 * every * per_check <= room / 8) every *= 2;
+  c->skel_->rodata->wakeup_check_mask = every - 1;
 
   if (int err = capture_bpf__load(c->skel_); err)
     return error{std::string("loading BPF programs failed: ") + std::strerror(-err) +

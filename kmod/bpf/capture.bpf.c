@@ -87,7 +87,7 @@ static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 	if (!h)
 		return 0;
 	__builtin_memcpy(h + 1, &s, sizeof(s));
-	mg_submit(h, sizeof(*h) + sizeof(s));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -292,7 +292,7 @@ static __always_inline int mg_pkt_emit(struct mg_ev *ev, struct magnet_pkt *pkt,
 	if (!h)
 		return 0;
 	__builtin_memcpy(h + 1, pkt, sizeof(*pkt));
-	mg_submit(h, sizeof(*h) + sizeof(*pkt));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -548,7 +548,7 @@ static __always_inline int mg_tcp_state_event(struct sock *sk)
 	p->copied_seq = BPF_CORE_READ(tp, copied_seq);
 	p->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
 	p->snd_una = BPF_CORE_READ(tp, snd_una);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -597,7 +597,7 @@ static __always_inline int mg_sched_switch_event(struct task_struct *prev,
 	p->next_prio = BPF_CORE_READ(next, prio);
 	BPF_CORE_READ_STR_INTO(&p->prev_comm, prev, comm);
 	BPF_CORE_READ_STR_INTO(&p->next_comm, next, comm);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -640,7 +640,7 @@ static __always_inline int mg_wakeup_event(struct task_struct *t)
 	p->prio = BPF_CORE_READ(t, prio);
 	p->reserved = 0;
 	BPF_CORE_READ_STR_INTO(&p->comm, t, comm);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -679,7 +679,7 @@ static __always_inline int mg_fork_event(struct task_struct *parent,
 	p->child_tid = BPF_CORE_READ(child, pid);
 	BPF_CORE_READ_STR_INTO(&p->parent_comm, parent, comm);
 	BPF_CORE_READ_STR_INTO(&p->child_comm, child, comm);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -716,7 +716,7 @@ static __always_inline int mg_exit_event(struct task_struct *t)
 	p->exit_code = BPF_CORE_READ(t, exit_code);
 	p->reserved = 0;
 	BPF_CORE_READ_STR_INTO(&p->comm, t, comm);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -786,7 +786,7 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	p->error = error;
 	op = BPF_CORE_READ(rq, cmd_flags) & 0xff; /* REQ_OP_MASK */
 	p->rwbs[0] = op == 0 ? 'R' : op == 1 ? 'W' : op == 2 ? 'F' : op == 3 ? 'D' : 'N';
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -844,7 +844,7 @@ int kvm_exit_tp(struct trace_event_raw_kvm_exit *ctx)
 	p->guest_rip = BPF_CORE_READ(ctx, guest_rip);
 	p->info1 = BPF_CORE_READ(ctx, info1);
 	p->info2 = BPF_CORE_READ(ctx, info2);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -870,6 +870,6 @@ int kvm_entry_tp(struct trace_event_raw_kvm_entry *ctx)
 	p->vcpu_id = BPF_CORE_READ(ctx, vcpu_id);
 	p->reserved = 0;
 	p->guest_rip = BPF_CORE_READ(ctx, rip);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }

@@ -25,6 +25,11 @@ const volatile __u32 self_tgid = 0;  /* the recorder itself: never traced */
 /* cgroup_skb programs may call bpf_get_current_pid_tgid (probed by the
  * loader; a constant false removes the call before the verifier sees it). */
 const volatile bool cgskb_has_task = false;
+/* The wakeup watermark is checked on every record whose per-probe, per-CPU
+ * count of emitted records is a multiple of this mask + 1 (a power of two
+ * chosen by the loader so that the records in between cannot fill the
+ * ring; 0 on small rings: every record checks). */
+const volatile __u32 wakeup_check_mask = 0;
 
 /* Run-time control, mmapped by user space (skel->bss). */
 struct magnet_probe_ctl probe_ctl[MAGNET_NPROBES];
@@ -276,15 +281,20 @@ static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
 }
 
 /* Batched wakeups: below the watermark nobody is woken (the consumer's poll
- * timeout picks the records up); at or above it every submit asks for a
- * wakeup.  The kernel coalesces pending wakeups (irq_work), so a slow reader
- * is not flooded, and no window can be jumped over by concurrent CPUs. */
-static __always_inline void mg_submit(void *rec, __u32 len)
+ * timeout picks the records up); at or above it every checking submit asks
+ * for a wakeup.  The kernel coalesces pending wakeups (irq_work), so a slow
+ * reader is not flooded, and no window can be jumped over by concurrent
+ * CPUs.  Only one record in wakeup_check_mask + 1 per probe and CPU queries
+ * the ring (a helper call that reads both positions): the wakeup comes at
+ * most that many records late, far less than the room above the watermark. */
+static __always_inline void mg_submit(struct magnet_probe_pcpu *st, void *rec)
 {
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 flags = BPF_RB_NO_WAKEUP;
 
-	bpf_ringbuf_submit(rec, avail >= filter_ctl.wakeup_watermark ? BPF_RB_FORCE_WAKEUP
-								  : BPF_RB_NO_WAKEUP);
+	if (!(st->emitted & wakeup_check_mask) &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= filter_ctl.wakeup_watermark)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(rec, flags);
 }
 
 static __always_inline void mg_ev_task(struct mg_ev *ev, __u32 slot, __s32 size)
