@@ -70,16 +70,23 @@ static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 	struct magnet_sock s = {};
 	struct magnet_hdr *h;
 	struct mg_ev ev;
+	__u32 mode;
 
-	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode || !sk)
+	if (slot >= MAGNET_NPROBES || !sk)
+		return 0;
+	mode = probe_ctl[slot].mode;
+	if (!mode)
 		return 0;
 	s.family = MG_RD(direct, sk, __sk_common.skc_family);
 	if (s.family != MG_AF_INET && s.family != MG_AF_INET6)
 		return 0;
 	mg_ev_task(&ev, slot, ret);
-	mg_sock_addrs(sk, &s, send, direct);
-	/* The flow id is known before the filters run: it can be filtered on. */
-	ev.aid = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, s.protocol);
+	/* The flow id is known before the filters run: it can be filtered on.
+	 * Aggregation alone needs neither the addresses nor the hash. */
+	if ((mode & MAGNET_MODE_STREAM) || (filter_ctl.active & MAGNET_FK_ABSTRACT)) {
+		mg_sock_addrs(sk, &s, send, direct);
+		ev.aid = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, s.protocol);
+	}
 	st = mg_admit(&ev);
 	if (!st)
 		return 0;
@@ -264,6 +271,15 @@ static __always_inline __s32 mg_parse_l3(const __u8 *raw, __u32 n, struct magnet
 	return p->skb_len;
 }
 
+/* Whether a packet probe must copy the headers: for a record, for a size
+ * other than skb->len, or for a flow filter.  Aggregating a device probe
+ * does not look at the packet at all. */
+static __always_inline bool mg_need_headers(__u32 mode, enum mg_size_of what)
+{
+	return (mode & MAGNET_MODE_STREAM) || what != MG_SZ_SKB_LEN ||
+	       (filter_ctl.active & MAGNET_FK_ABSTRACT);
+}
+
 /* The common tail of every packet probe: tag, filter, record. */
 static __always_inline int mg_pkt_emit(struct mg_ev *ev, struct magnet_pkt *pkt,
 				       const __u8 *raw, __u32 n, __u16 type,
@@ -306,9 +322,12 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 	struct net_device *dev;
 	const void *l3;
 	struct mg_ev ev;
-	__u32 n = 64;
+	__u32 mode, n = 0;
 
-	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode || !skb)
+	if (slot >= MAGNET_NPROBES || !skb)
+		return 0;
+	mode = probe_ctl[slot].mode;
+	if (!mode)
 		return 0;
 	pkt.l3proto = bpf_ntohs(MG_RD(direct, skb, protocol));
 	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
@@ -316,27 +335,30 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 	dev = MG_RD(direct, skb, dev);
 	pkt.ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
 	pkt.skb_len = MG_RD(direct, skb, len);
-	if (at_data)
-		l3 = MG_RD(direct, skb, data);
-	else
-		l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
 
-	/* One copy of the headers; a short packet at the end of a page may not
-	 * have 64 readable bytes, so retry with the IPv4 minimum. */
-	if (bpf_probe_read_kernel(raw, 64, l3)) {
-		n = 36;
-		if (bpf_probe_read_kernel(raw, 36, l3))
-			n = 0;
+	if (mg_need_headers(mode, what)) {
+		if (at_data)
+			l3 = MG_RD(direct, skb, data);
+		else
+			l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
+		/* One copy of the headers; a short packet at the end of a page
+		 * may not have 64 readable bytes, so retry with the IPv4 minimum. */
+		n = 64;
+		if (bpf_probe_read_kernel(raw, 64, l3)) {
+			n = 36;
+			if (bpf_probe_read_kernel(raw, 36, l3))
+				n = 0;
+		}
+		if (n == 64 && (raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 &&
+		    !bpf_probe_read_kernel(raw, MG_HDR_BUF, l3))
+			n = MG_HDR_BUF;
 	}
-	if (n == 64 && (raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 &&
-	    !bpf_probe_read_kernel(raw, MG_HDR_BUF, l3))
-		n = MG_HDR_BUF;
 
 	if (task_ctx) {
 		mg_ev_task(&ev, slot, 0);
 	} else {
 		ev.slot = slot;
-		ev.now = bpf_ktime_get_ns();
+		ev.now = 0;
 		ev.cpu = bpf_get_smp_processor_id();
 		ev.tgid = ev.tid = 0;
 		ev.cgroup = 0;
@@ -757,6 +779,7 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	if (!probe_ctl[MAGNET_P_BLK_ISSUE].mode && !probe_ctl[MAGNET_P_BLK_COMPLETE].mode)
 		return 0;
 	mg_ev_task(&ev, slot, 0);
+	ev.now = bpf_ktime_get_ns(); /* also the latency's clock */
 	if (!complete) {
 		bpf_map_update_elem(&blk_start, &key, &ev.now, BPF_ANY);
 	} else {
