@@ -455,13 +455,32 @@ int BPF_KPROBE(ip_recv_kprobe, struct sk_buff *skb)
 			    MG_SZ_IP_TOTAL, true, false, false);
 }
 
+/* The first @len bytes of the packet (@len a constant multiple of 4) into
+ * @dst (8-byte aligned): plain loads from the linear area when it holds
+ * them, which saves a helper call per packet, else bpf_skb_load_bytes. */
+static __always_inline int mg_skb_copy(struct __sk_buff *skb, __u8 *dst, __u32 len)
+{
+	const __u8 *data = (const void *)(long)skb->data;
+	const __u8 *end = (const void *)(long)skb->data_end;
+	__u32 i;
+
+	if (data + len > end)
+		return bpf_skb_load_bytes(skb, 0, dst, len);
+#pragma unroll
+	for (i = 0; i + 8 <= len; i += 8)
+		*(__u64 *)(dst + i) = *(const __u64 *)(data + i);
+	if (len & 4)
+		*(__u32 *)(dst + i) = *(const __u32 *)(data + i);
+	return 0;
+}
+
 /* cgroup_skb: ip output (ip_finish_output) and l4 delivery (sk_filter).
  * These hooks give a struct __sk_buff whose data starts at the IP header. */
 static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 					  __u16 type, enum mg_size_of what)
 {
 	struct magnet_pkt pkt = {};
-	__u8 raw[MG_HDR_BUF] = {};
+	__u8 raw[MG_HDR_BUF] __attribute__((aligned(8))) = {};
 	struct mg_ev ev;
 	__u32 n;
 
@@ -475,23 +494,23 @@ static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 	/* bpf_skb_load_bytes wants a constant length: take the largest that fits. */
 	n = skb->len >= 64 ? 64 : skb->len >= 36 ? 36 : skb->len >= 20 ? 20 : 0;
 	if (n == 64) {
-		if (bpf_skb_load_bytes(skb, 0, raw, 64))
+		if (mg_skb_copy(skb, raw, 64))
 			return 1;
 		if ((raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 && skb->len >= MG_HDR_BUF &&
-		    !bpf_skb_load_bytes(skb, 0, raw, MG_HDR_BUF))
+		    !mg_skb_copy(skb, raw, MG_HDR_BUF))
 			n = MG_HDR_BUF;
 	} else if (n == 36) {
-		if (bpf_skb_load_bytes(skb, 0, raw, 36))
+		if (mg_skb_copy(skb, raw, 36))
 			return 1;
 	} else if (n == 20) {
-		if (bpf_skb_load_bytes(skb, 0, raw, 20))
+		if (mg_skb_copy(skb, raw, 20))
 			return 1;
 	} else {
 		return 1;
 	}
 
 	ev.slot = slot;
-	ev.now = bpf_ktime_get_ns();
+	ev.now = 0;
 	ev.cpu = bpf_get_smp_processor_id();
 	if (type == MAGNET_EV_NET_IP_SEND && cgskb_has_task) {
 		__u64 pid_tgid = bpf_get_current_pid_tgid();
