@@ -318,7 +318,7 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 					bool task_ctx, bool direct)
 {
 	struct magnet_pkt pkt = {};
-	__u8 raw[MG_HDR_BUF] = {};
+	__u8 raw[MG_HDR_BUF] __attribute__((aligned(8))) = {};
 	struct net_device *dev;
 	const void *l3;
 	struct mg_ev ev;
@@ -344,13 +344,13 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 		/* One copy of the headers; a short packet at the end of a page
 		 * may not have 64 readable bytes, so retry with the IPv4 minimum. */
 		n = 64;
-		if (bpf_probe_read_kernel(raw, 64, l3)) {
+		if (mg_read_kernel(raw, l3, 64)) {
 			n = 36;
-			if (bpf_probe_read_kernel(raw, 36, l3))
+			if (mg_read_kernel(raw, l3, 36))
 				n = 0;
 		}
 		if (n == 64 && (raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 &&
-		    !bpf_probe_read_kernel(raw, MG_HDR_BUF, l3))
+		    !mg_read_kernel(raw, l3, MG_HDR_BUF))
 			n = MG_HDR_BUF;
 	}
 

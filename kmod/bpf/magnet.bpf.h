@@ -30,6 +30,14 @@ const volatile bool cgskb_has_task = false;
  * chosen by the loader so that the records in between cannot fill the
  * ring; 0 on small rings: every record checks). */
 const volatile __u32 wakeup_check_mask = 0;
+/* bpf_rdonly_cast(p, 0) gives read-only, fault-tolerant access to any
+ * kernel address with plain loads (6.17+); the loader probes it.  The
+ * kfunc is weak: on kernels without it the call stays unresolved and,
+ * has_rdonly_mem being a constant false, the verifier drops it as dead
+ * code. */
+const volatile bool has_rdonly_mem = false;
+
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
 /* Run-time control, mmapped by user space (skel->bss). */
 struct magnet_probe_ctl probe_ctl[MAGNET_NPROBES];
@@ -119,6 +127,27 @@ static __always_inline __u64 mg_ptr_bits(const void *p)
 
 	bpf_probe_read_kernel(&v, sizeof(v), &p);
 	return v;
+}
+
+/* @len bytes (a constant multiple of 4) at kernel address @src into @dst
+ * (8-byte aligned).  With has_rdonly_mem these are inline loads instead of a
+ * bpf_probe_read_kernel call; a load that faults reads as zero rather than
+ * failing the copy, which the header parser treats as a packet it cannot
+ * parse. */
+static __always_inline int mg_read_kernel(__u8 *dst, const void *src, __u32 len)
+{
+	const __u8 *s;
+	__u32 i;
+
+	if (!has_rdonly_mem)
+		return bpf_probe_read_kernel(dst, len, src);
+	s = bpf_rdonly_cast(src, 0);
+#pragma unroll
+	for (i = 0; i + 8 <= len; i += 8)
+		*(__u64 *)(dst + i) = *(const __u64 *)(s + i);
+	if (len & 4)
+		*(__u32 *)(dst + i) = *(const __u32 *)(s + i);
+	return 0;
 }
 
 static __always_inline __u64 mg_id(const void *p)

@@ -86,6 +86,9 @@ class NetnsCapture : public ::testing::Test {
     return c;
   }
 
+  // 500 datagrams through every network layer: exact counts, sizes, flow ids.
+  void udp_journey();
+
   // N UDP datagrams of S bytes, ns_a:5000 -> ns_b:6000; returns {sender, receiver} pids.
   std::pair<pid_t, pid_t> udp_exchange(veth_pair& v, int n, int size, bool pace) {
     std::string a = v.addr_a, b = v.addr_b;
@@ -127,7 +130,19 @@ class NetnsCapture : public ::testing::Test {
   }
 };
 
-TEST_F(NetnsCapture, UdpJourneyOfEveryDatagramAtEveryLayerWithoutLoss) {
+TEST_F(NetnsCapture, UdpJourneyOfEveryDatagramAtEveryLayerWithoutLoss) { udp_journey(); }
+
+// The same records when the packet probes copy headers with
+// bpf_probe_read_kernel (kernels without bpf_rdonly_cast to memory).
+TEST_F(NetnsCapture, UdpJourneyIsTheSameWithProbeReadHeaderCopies) {
+  struct deny_env {
+    deny_env() { setenv("MAGNET_DENY_METHODS", "rdonly_mem", 1); }
+    ~deny_env() { unsetenv("MAGNET_DENY_METHODS"); }
+  } env;
+  udp_journey();
+}
+
+void NetnsCapture::udp_journey() {
   veth_pair v;
   temp_trace t;
   auto rec_proc = start_record(t.path, {"--probes", "net"});
