@@ -23,6 +23,9 @@
 #                       4 records per datagram
 #         aggregation   magnet stat, the same 8 probes as stream
 #         aggregation4  magnet stat, the same 4 probes as stream4
+#         empty         empty BPF programs (empty_probes) on the 8 hooks: the
+#                       floor any probe on these hooks pays (optional mode)
+#         empty4        empty programs on the 4 send hooks (optional mode)
 #         tcpdump       tcpdump -s 96 -w /dev/null on the receiver's veth
 #                       (inside the receiver namespace)
 set -euo pipefail
@@ -40,7 +43,7 @@ LEN=1400
 PROBES=net.sock,net.l4,net.ip,net.dev                       # 8 per datagram
 PROBES4=net.sock.send,net.l4.send,net.ip.send,net.dev.xmit  # 4 per datagram
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -182,6 +185,13 @@ start_mode() {  # mode -> sets HPID (helper PID or empty)
       "$MAGNET" record -o "$WORK/trace.mgt" --probes $probes 2>"$WORK/helper.err" &
       HPID=$!; PIDS+=("$HPID")
       wait_for "$WORK/helper.err" "recording" 15 ;;
+    empty|empty4)
+      : >"$WORK/helper.err"
+      local so=()
+      [[ $1 == empty4 ]] && so=(--send-only)
+      "$EMPTY" --netns "/run/netns/$NS_S" --netns "/run/netns/$NS_R" "${so[@]}" 2>"$WORK/helper.err" &
+      HPID=$!; PIDS+=("$HPID")
+      wait_for "$WORK/helper.err" "ready" 15 ;;
     aggregation|aggregation4)
       : >"$WORK/helper.out"
       "$MAGNET" stat --probes $probes --interval 1s >"$WORK/helper.out" 2>&1 &
@@ -236,7 +246,8 @@ out = {"bench": "capture_overhead", "rounds": int(sys.argv[3]), "seconds": float
        "path": "iperf3 over veth between two netns", "protocols": {}}
 targets = {"stream": 0.95, "stream4": 0.95, "aggregation": 0.98, "aggregation4": 0.98}
 label = {"stream": "stream (8 rec/dgram)", "stream4": "stream4 (4 rec/dgram)",
-         "aggregation": "aggregation (8 probes)", "aggregation4": "aggregation4 (4 probes)"}
+         "aggregation": "aggregation (8 probes)", "aggregation4": "aggregation4 (4 probes)",
+         "empty": "empty progs (8 hooks)", "empty4": "empty progs (4 hooks)"}
 for proto in dict.fromkeys(r["proto"] for r in rows):
     pr = [r for r in rows if r["proto"] == proto]
     modes = list(dict.fromkeys(r["mode"] for r in pr))
