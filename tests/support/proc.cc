@@ -191,7 +191,13 @@ veth_pair::veth_pair() {
   vb.resize(std::min<size_t>(vb.size(), 15));
   sh("ip netns add " + ns_a);
   sh("ip netns add " + ns_b);
-  sh("ip link add " + va + " netns " + ns_a + " type veth peer name " + vb + " netns " + ns_b);
+  for (const auto& ns : {ns_a, ns_b})
+    sh("ip netns exec " + ns +
+       " sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
+  ifindex_a = 1000000 + static_cast<int>(getpid() % 1000000) * 2;
+  ifindex_b = ifindex_a + 1;
+  sh("ip link add " + va + " index " + std::to_string(ifindex_a) + " netns " + ns_a +
+     " type veth peer name " + vb + " index " + std::to_string(ifindex_b) + " netns " + ns_b);
   sh("ip -n " + ns_a + " addr add " + addr_a + "/24 dev " + va);
   sh("ip -n " + ns_b + " addr add " + addr_b + "/24 dev " + vb);
   for (const auto& [ns, dev] : {std::pair{ns_a, va}, {ns_b, vb}}) {

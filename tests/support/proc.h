@@ -56,10 +56,14 @@ class ns_task {
 
 class veth_pair {
  public:
-  veth_pair();  // namespaces magnet-t{a,b}-PID, 10.199.0.1/24 <-> 10.199.0.2/24
+  // Namespaces magnet-t{a,b}-PID, 10.199.0.1/24 <-> 10.199.0.2/24, IPv6
+  // off (no neighbour discovery traffic), and interface indexes derived
+  // from the PID, so no device of another namespace shares them.
+  veth_pair();
   ~veth_pair();
   std::string ns_a, ns_b;
   std::string addr_a = "10.199.0.1", addr_b = "10.199.0.2";
+  int ifindex_a = 0, ifindex_b = 0;
 };
 
 }  // namespace magnet::test
