@@ -333,6 +333,19 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
 		return 0; /* ARP and friends are not part of the journey */
 	dev = MG_RD(direct, skb, dev);
+	/* Device layer, aggregation only: the size is skb->len, the VM is the
+	 * device's; count and return. */
+	if (what == MG_SZ_SKB_LEN && mg_count_only(mode)) {
+		__u32 tgid = task_ctx ? bpf_get_current_pid_tgid() >> 32 : 0;
+		__u32 vm = 0;
+
+		if (self_tgid && tgid == self_tgid)
+			return 0;
+		if (filter_ctl.vm_tagging && dev)
+			vm = mg_vm_of_ifindex(MG_RD(direct, dev, ifindex));
+		mg_count(slot, mode, vm, MG_RD(direct, skb, len));
+		return 0;
+	}
 	pkt.ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
 	pkt.skb_len = MG_RD(direct, skb, len);
 

@@ -191,6 +191,39 @@ struct mg_ev {
 	__u16 flags; /* MAGNET_RF_* */
 };
 
+/* Counts an admitted event: seen, and the in-kernel aggregate when the
+ * probe aggregates.  Returns the per-CPU probe state. */
+static __always_inline struct magnet_probe_pcpu *mg_count(__u32 slot, __u32 mode, __u32 vm,
+							  __s32 size)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_agg *a;
+	__u32 idx;
+
+	st = bpf_map_lookup_elem(&probe_pcpu, &slot);
+	if (!st)
+		return NULL;
+	st->seen++;
+	if (mode & MAGNET_MODE_AGGREGATE) {
+		idx = slot * (MAGNET_MAX_VM_ID + 1) + (vm & MAGNET_MAX_VM_ID);
+		a = bpf_map_lookup_elem(&agg, &idx);
+		if (a) {
+			a->events++;
+			if (size > 0)
+				a->bytes += size;
+		}
+	}
+	return st;
+}
+
+/* Aggregation only, no filter: such an event is counted and nothing else
+ * (no timestamp, no record, no filter lookup), which a probe can do before
+ * it gathers anything else. */
+static __always_inline bool mg_count_only(__u32 mode)
+{
+	return mode == MAGNET_MODE_AGGREGATE && !filter_ctl.active;
+}
+
 /*
  * Filters, aggregation and sampling.  Returns the per-CPU probe state when
  * the event must be streamed, NULL otherwise (disabled, filtered out,
@@ -203,8 +236,7 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 	__u32 slot = ev->slot;
 	struct magnet_probe_pcpu *st;
 	struct magnet_probe_ctl *ctl;
-	struct magnet_agg *a;
-	__u32 mode, active, idx;
+	__u32 mode, active;
 
 	if (slot >= MAGNET_NPROBES)
 		return NULL;
@@ -240,20 +272,9 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 			return NULL;
 	}
 
-	st = bpf_map_lookup_elem(&probe_pcpu, &slot);
+	st = mg_count(slot, mode, ev->vm, ev->size);
 	if (!st)
 		return NULL;
-	st->seen++;
-
-	if (mode & MAGNET_MODE_AGGREGATE) {
-		idx = slot * (MAGNET_MAX_VM_ID + 1) + (ev->vm & MAGNET_MAX_VM_ID);
-		a = bpf_map_lookup_elem(&agg, &idx);
-		if (a) {
-			a->events++;
-			if (ev->size > 0)
-				a->bytes += ev->size;
-		}
-	}
 	if (!(mode & MAGNET_MODE_STREAM))
 		return NULL;
 	if (!ev->now)
