@@ -271,6 +271,40 @@ static __always_inline __s32 mg_parse_l3(const __u8 *raw, __u32 n, struct magnet
 	return p->skb_len;
 }
 
+/* The size a packet probe reports, read in place from the IP header at @h
+ * (64 readable bytes): what mg_parse_l3 returns for the same packet, or -1
+ * for an IPv4 header with options, which only the full parser handles. */
+static __always_inline __s64 mg_l3_size(const __u8 *h, __u32 skb_len, enum mg_size_of what)
+{
+	__u32 total, l4off, l4hdr = 0;
+	__u8 proto, doff;
+
+	/* Constant offsets only: for bpf_rdonly_cast memory the verifier makes
+	 * "offset + pointer" (which clang emits for h[var]) a plain scalar. */
+	if ((h[0] >> 4) == 4) {
+		if ((h[0] & 0xf) != 5)
+			return -1;
+		total = (__u32)h[2] << 8 | h[3];
+		proto = h[9];
+		l4off = 20;
+		doff = h[20 + 12];
+	} else if ((h[0] >> 4) == 6) {
+		total = ((__u32)h[4] << 8 | h[5]) + 40;
+		proto = h[6];
+		l4off = 40;
+		doff = h[40 + 12];
+	} else {
+		return skb_len;
+	}
+	if (what == MG_SZ_IP_TOTAL)
+		return total;
+	if (proto == MG_IPPROTO_TCP)
+		l4hdr = (doff >> 4) * 4;
+	else if (proto == MG_IPPROTO_UDP)
+		l4hdr = 8;
+	return total > l4off + l4hdr ? total - (l4off + l4hdr) : 0;
+}
+
 /* Whether a packet probe must copy the headers: for a record, for a size
  * other than skb->len, or for a flow filter.  Aggregating a device probe
  * does not look at the packet at all. */
@@ -333,27 +367,39 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
 		return 0; /* ARP and friends are not part of the journey */
 	dev = MG_RD(direct, skb, dev);
-	/* Device layer, aggregation only: the size is skb->len, the VM is the
-	 * device's; count and return. */
-	if (what == MG_SZ_SKB_LEN && mg_count_only(mode)) {
-		__u32 tgid = task_ctx ? bpf_get_current_pid_tgid() >> 32 : 0;
-		__u32 vm = 0;
+	if (at_data)
+		l3 = MG_RD(direct, skb, data);
+	else
+		l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
 
-		if (self_tgid && tgid == self_tgid)
+	/* Aggregation only, no filter: count and return.  The size is skb->len
+	 * on the device layer, else read in place from the IP header; the VM
+	 * is the device's (a task's VM, with VM tagging on, takes the full
+	 * path). */
+	if (mg_count_only(mode) && (what == MG_SZ_SKB_LEN || !task_ctx || !filter_ctl.vm_tagging)) {
+		__u32 len = MG_RD(direct, skb, len);
+		__s64 size = -1;
+
+		if (what == MG_SZ_SKB_LEN)
+			size = len;
+		else if (has_rdonly_mem)
+			size = mg_l3_size(bpf_rdonly_cast(l3, 0), len, what);
+		if (size >= 0) {
+			__u32 tgid = task_ctx ? bpf_get_current_pid_tgid() >> 32 : 0;
+			__u32 vm = 0;
+
+			if (self_tgid && tgid == self_tgid)
+				return 0;
+			if (filter_ctl.vm_tagging && dev)
+				vm = mg_vm_of_ifindex(MG_RD(direct, dev, ifindex));
+			mg_count(slot, mode, vm, size);
 			return 0;
-		if (filter_ctl.vm_tagging && dev)
-			vm = mg_vm_of_ifindex(MG_RD(direct, dev, ifindex));
-		mg_count(slot, mode, vm, MG_RD(direct, skb, len));
-		return 0;
+		}
 	}
 	pkt.ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
 	pkt.skb_len = MG_RD(direct, skb, len);
 
 	if (mg_need_headers(mode, what)) {
-		if (at_data)
-			l3 = MG_RD(direct, skb, data);
-		else
-			l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
 		/* One copy of the headers; a short packet at the end of a page
 		 * may not have 64 readable bytes, so retry with the IPv4 minimum. */
 		n = 64;
@@ -495,13 +541,34 @@ static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 	struct magnet_pkt pkt = {};
 	__u8 raw[MG_HDR_BUF] __attribute__((aligned(8))) = {};
 	struct mg_ev ev;
-	__u32 n;
+	__u32 mode, n;
 
-	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode)
+	if (slot >= MAGNET_NPROBES)
+		return 1;
+	mode = probe_ctl[slot].mode;
+	if (!mode)
 		return 1;
 	pkt.l3proto = bpf_ntohs(skb->protocol);
 	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
 		return 1;
+
+	/* Aggregation only, no filter: count and return, the size read in
+	 * place when the linear data holds 64 bytes (see mg_pkt_event). */
+	if (mg_count_only(mode)) {
+		const __u8 *data = (const void *)(long)skb->data;
+		const __u8 *end = (const void *)(long)skb->data_end;
+		__s64 size = -1;
+
+		if (skb->len >= 64 && data + 64 <= end)
+			size = mg_l3_size(data, skb->len, what);
+		if (size >= 0) {
+			if (type == MAGNET_EV_NET_IP_SEND && cgskb_has_task && self_tgid &&
+			    bpf_get_current_pid_tgid() >> 32 == self_tgid)
+				return 1;
+			mg_count(slot, mode, mg_vm_of_ifindex(skb->ifindex), size);
+			return 1;
+		}
+	}
 	pkt.ifindex = skb->ifindex;
 	pkt.skb_len = skb->len;
 	/* bpf_skb_load_bytes wants a constant length: take the largest that fits. */

@@ -100,5 +100,52 @@ TEST(Aggregation, CountsEveryPacketOfATaggedDeviceExactly) {
   }
 }
 
+// TCP: the transport payload of every segment (header length from the TCP
+// data offset) adds up to the transfer; on the receiving end, where the
+// segments arrive as sent (GRO aside, which keeps the sum).
+TEST(Aggregation, TcpPayloadBytesAddUpToTheTransfer) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (loads BPF, creates namespaces)";
+  veth_pair v;
+  auto c = capture::open({});
+  ASSERT_TRUE(c) << c.err().message;
+  auto& cap = **c;
+  ASSERT_TRUE(cap.tag_vm_ifindex(static_cast<uint32_t>(v.ifindex_b), kVmB));
+  ASSERT_TRUE(cap.set_mode(MAGNET_EV_NET_L4_RECV, MAGNET_MODE_AGGREGATE));
+
+  const size_t total = (2u << 20) + 77;
+  ns_task server(v.ns_b, [&](const std::function<void()>& ready) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    auto sa = addr(v.addr_b, 6101);
+    if (bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) || listen(s, 1)) return 2;
+    ready();
+    int conn = accept(s, nullptr, nullptr);
+    std::vector<char> buf(1 << 16);
+    size_t got = 0;
+    for (ssize_t k; (k = recv(conn, buf.data(), buf.size(), 0)) > 0;)
+      got += static_cast<size_t>(k);
+    return got == total ? 0 : 3;
+  });
+  ASSERT_TRUE(server.wait_ready());
+  ns_task client(v.ns_a, [&](const std::function<void()>&) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    auto dst = addr(v.addr_b, 6101);
+    if (connect(s, reinterpret_cast<sockaddr*>(&dst), sizeof dst)) return 3;
+    std::vector<char> buf(total, 't');
+    for (size_t off = 0; off < total;) {
+      ssize_t k = send(s, buf.data() + off, std::min<size_t>(total - off, 100000), 0);
+      if (k <= 0) return 4;
+      off += static_cast<size_t>(k);
+    }
+    close(s);
+    return 0;
+  });
+  ASSERT_EQ(client.join(), 0);
+  ASSERT_EQ(server.join(), 0) << "server received every byte";
+  usleep(100000);
+  auto agg = cap.aggregate(probe_slot(MAGNET_EV_NET_L4_RECV));
+  EXPECT_EQ(agg[kVmB].bytes, total);
+  EXPECT_GT(agg[kVmB].events, 2u) << "handshake, data and FIN segments";
+}
+
 }  // namespace
 }  // namespace magnet::host
