@@ -80,6 +80,13 @@ static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 	s.family = MG_RD(direct, sk, __sk_common.skc_family);
 	if (s.family != MG_AF_INET && s.family != MG_AF_INET6)
 		return 0;
+	/* Aggregation only, no filter, no VM tagging: count and return. */
+	if (mg_count_only(mode) && !filter_ctl.vm_tagging) {
+		if (self_tgid && bpf_get_current_pid_tgid() >> 32 == self_tgid)
+			return 0;
+		mg_count(slot, mode, 0, ret);
+		return 0;
+	}
 	mg_ev_task(&ev, slot, ret);
 	/* The flow id is known before the filters run: it can be filtered on.
 	 * Aggregation alone needs neither the addresses nor the hash. */
