@@ -4,11 +4,13 @@
 // hook alone; overhead.sh --cost runs this next to `magnet record` so both
 // see the same packets.
 //
-//   empty_probes [--cgroup DIR] [--netns PATH]... [--priority N]
+//   empty_probes [--cgroup DIR] [--netns PATH]... [--priority N] [--send-only]
 //
 // tp_btf: sock_send_length, sock_recv_length, net_dev_queue, netif_receive_skb
 // cgroup_skb ingress/egress: on DIR (default: the cgroup2 mount, as magnet)
 // netfilter LOCAL_OUT / PRE_ROUTING (IPv4): in this netns and each --netns.
+// --send-only: the send path's four hooks only (sock_send_length, LOCAL_OUT,
+// cgroup egress, net_dev_queue), as `magnet record --probes` stream4 uses.
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
@@ -51,13 +53,17 @@ int main(int argc, char** argv) {
   std::string cg;
   std::vector<std::string> netns;
   int prio = -127;  // magnet uses -128: run right after it
+  bool send_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--cgroup" && i + 1 < argc) cg = argv[++i];
     else if (a == "--netns" && i + 1 < argc) netns.push_back(argv[++i]);
     else if (a == "--priority" && i + 1 < argc) prio = std::atoi(argv[++i]);
+    else if (a == "--send-only") send_only = true;
     else {
-      std::fprintf(stderr, "usage: empty_probes [--cgroup DIR] [--netns PATH]... [--priority N]\n");
+      std::fprintf(stderr,
+                   "usage: empty_probes [--cgroup DIR] [--netns PATH]... [--priority N] "
+                   "[--send-only]\n");
       return 2;
     }
   }
@@ -82,6 +88,8 @@ int main(int argc, char** argv) {
   };
   for (auto* p : {skel->progs.empty_sock_send, skel->progs.empty_sock_recv,
                   skel->progs.empty_dev_xmit, skel->progs.empty_dev_recv}) {
+    if (send_only && (p == skel->progs.empty_sock_recv || p == skel->progs.empty_dev_recv))
+      continue;
     auto* l = bpf_program__attach(p);
     if (!l) return fail(bpf_program__name(p));
     links.push_back(l);
@@ -89,6 +97,7 @@ int main(int argc, char** argv) {
   int cgfd = open(cg.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (cgfd < 0) return fail(cg.c_str());
   for (auto* p : {skel->progs.empty_ip_send, skel->progs.empty_l4_recv}) {
+    if (send_only && p == skel->progs.empty_l4_recv) continue;
     auto* l = bpf_program__attach_cgroup(p, cgfd);
     if (!l) return fail(bpf_program__name(p));
     links.push_back(l);
@@ -107,6 +116,7 @@ int main(int argc, char** argv) {
     } nf[] = {{skel->progs.empty_l4_send, 3 /* LOCAL_OUT */},
               {skel->progs.empty_ip_recv, 0 /* PRE_ROUTING */}};
     for (auto& h : nf) {
+      if (send_only && h.p == skel->progs.empty_ip_recv) continue;
       int fd = magnet::host::netfilter_link_create(bpf_program__fd(h.p), 2 /* NFPROTO_IPV4 */, h.hook, prio);
       if (fd < 0) {
         errno = -fd;

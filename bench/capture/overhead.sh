@@ -4,34 +4,46 @@
 # docs/bench.md for what every number means.
 #
 #   overhead.sh [--rounds R] [--seconds T] [--proto udp,tcp] [--json FILE]
-#               [--modes baseline,stream,aggregation,tcpdump] [--build DIR]
+#               [--modes baseline,stream,stream4,aggregation,aggregation4,tcpdump]
+#               [--build DIR]
 #       goodput per mode, runs interleaved (order rotated every round)
 #   overhead.sh --cost [--rate 200M] [--rounds R] [--seconds T] [--json FILE]
 #       per-probe cost (bpf_stats) against empty programs on the same hooks,
 #       and CPU time per packet at a fixed UDP rate below saturation;
-#       --cost-mode stream|aggregation picks what runs (default stream)
+#       --cost-mode stream|stream4|aggregation|aggregation4 picks what runs
+#       (default stream)
 #
-# Modes:  baseline     nothing attached
-#         stream       magnet record --probes net.sock,net.l4,net.ip,net.dev
-#                      (8 events per datagram, trace file on /dev/shm)
-#         aggregation  magnet stat --probes net.sock,net.l4,net.ip,net.dev
-#         tcpdump      tcpdump -s 96 -w /dev/null on the receiver's veth
-#                      (inside the receiver namespace)
+# Modes:  baseline      nothing attached
+#         stream        magnet record --probes net.sock,net.l4,net.ip,net.dev:
+#                       the whole journey, 4 layers x send+recv = 8 records
+#                       per datagram (sender and receiver are both here);
+#                       trace file on /dev/shm
+#         stream4       magnet record, the 4 layers of the send path only
+#                       (net.sock.send,net.l4.send,net.ip.send,net.dev.xmit):
+#                       4 records per datagram
+#         aggregation   magnet stat, the same 8 probes as stream
+#         aggregation4  magnet stat, the same 4 probes as stream4
+#         empty         empty BPF programs (empty_probes) on the 8 hooks: the
+#                       floor any probe on these hooks pays (optional mode)
+#         empty4        empty programs on the 4 send hooks (optional mode)
+#         tcpdump       tcpdump -s 96 -w /dev/null on the receiver's veth
+#                       (inside the receiver namespace)
 set -euo pipefail
 
 ROUNDS=5
 DUR=5
 PROTOS=udp,tcp
-MODES=baseline,stream,aggregation,tcpdump
+MODES=baseline,stream,stream4,aggregation,aggregation4,tcpdump
 JSON=""
 COST=0
 RATE=200M
 COST_MODE=stream
 BUILD=""
 LEN=1400
-PROBES=net.sock,net.l4,net.ip,net.dev
+PROBES=net.sock,net.l4,net.ip,net.dev                       # 8 per datagram
+PROBES4=net.sock.send,net.l4.send,net.ip.send,net.dev.xmit  # 4 per datagram
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -164,16 +176,25 @@ EOF
 # ---------------------------------------------------------------- overhead
 start_mode() {  # mode -> sets HPID (helper PID or empty)
   HPID=""
+  local probes=$PROBES
+  [[ $1 == *4 ]] && probes=$PROBES4
   case $1 in
     baseline) ;;
-    stream)
+    stream|stream4)
       : >"$WORK/helper.err"
-      "$MAGNET" record -o "$WORK/trace.mgt" --probes $PROBES 2>"$WORK/helper.err" &
+      "$MAGNET" record -o "$WORK/trace.mgt" --probes $probes 2>"$WORK/helper.err" &
       HPID=$!; PIDS+=("$HPID")
       wait_for "$WORK/helper.err" "recording" 15 ;;
-    aggregation)
+    empty|empty4)
+      : >"$WORK/helper.err"
+      local so=()
+      [[ $1 == empty4 ]] && so=(--send-only)
+      "$EMPTY" --netns "/run/netns/$NS_S" --netns "/run/netns/$NS_R" "${so[@]}" 2>"$WORK/helper.err" &
+      HPID=$!; PIDS+=("$HPID")
+      wait_for "$WORK/helper.err" "ready" 15 ;;
+    aggregation|aggregation4)
       : >"$WORK/helper.out"
-      "$MAGNET" stat --probes $PROBES --interval 1s >"$WORK/helper.out" 2>&1 &
+      "$MAGNET" stat --probes $probes --interval 1s >"$WORK/helper.out" 2>&1 &
       HPID=$!; PIDS+=("$HPID")
       wait_for "$WORK/helper.out" "." 15 ;;   # first table: probes attached
     tcpdump)
@@ -181,6 +202,7 @@ start_mode() {  # mode -> sets HPID (helper PID or empty)
       ip netns exec "$NS_R" tcpdump -n -i "$V_R" -s 96 -w /dev/null 2>"$WORK/helper.err" &
       HPID=$!; PIDS+=("$HPID")
       wait_for "$WORK/helper.err" "listening on" 15 ;;
+    *) echo "overhead.sh: unknown mode $1" >&2; exit 2 ;;
   esac
 }
 
@@ -211,7 +233,7 @@ run_overhead() {
         hcpu=$(awk -v a="$c0" -v b="$c1" -v t="$CLK_TCK" 'BEGIN{printf "%.2f", (b-a)/t}')
         printf '%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$proto" "$r" "$mode" "$bps" "$pk" "$lp" \
           "$recs" "$lost" "$hcpu" "$((s1 - s0))" >>"$RESULTS"
-        printf '  %s round %d %-11s %8.0f Mbit/s%s\n' "$proto" "$r" "$mode" \
+        printf '  %s round %d %-12s %8.0f Mbit/s%s\n' "$proto" "$r" "$mode" \
           "$(awk -v b="$bps" 'BEGIN{print b/1e6}')" \
           "$([[ $mode == stream* ]] && echo ", $recs records, $lost lost")" >&2
       done
@@ -222,7 +244,10 @@ import csv, json, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 out = {"bench": "capture_overhead", "rounds": int(sys.argv[3]), "seconds": float(sys.argv[4]),
        "path": "iperf3 over veth between two netns", "protocols": {}}
-targets = {"stream": 0.95, "aggregation": 0.98}
+targets = {"stream": 0.95, "stream4": 0.95, "aggregation": 0.98, "aggregation4": 0.98}
+label = {"stream": "stream (8 rec/dgram)", "stream4": "stream4 (4 rec/dgram)",
+         "aggregation": "aggregation (8 probes)", "aggregation4": "aggregation4 (4 probes)",
+         "empty": "empty progs (8 hooks)", "empty4": "empty progs (4 hooks)"}
 for proto in dict.fromkeys(r["proto"] for r in rows):
     pr = [r for r in rows if r["proto"] == proto]
     modes = list(dict.fromkeys(r["mode"] for r in pr))
@@ -249,11 +274,16 @@ for proto in dict.fromkeys(r["proto"] for r in rows):
         if m in targets:
             e["target_ratio"] = targets[m]
         res[m] = e
-    if "stream" in res and "tcpdump" in res:
-        res["stream"]["above_tcpdump"] = res["stream"]["goodput_bps"]["median"] > res["tcpdump"]["goodput_bps"]["median"]
+    for m in ("stream", "stream4"):
+        if m in res and "tcpdump" in res:
+            res[m]["above_tcpdump"] = res[m]["goodput_bps"]["median"] > res["tcpdump"]["goodput_bps"]["median"]
+            # same round: this run against the tcpdump run of that round
+            td = {r["round"]: float(r["goodput_bps"]) for r in pr if r["mode"] == "tcpdump"}
+            res[m]["rounds_above_tcpdump"] = sum(
+                1 for r in pr if r["mode"] == m and r["round"] in td and float(r["goodput_bps"]) > td[r["round"]])
     out["protocols"][proto] = res
     print(f"\n{proto.upper()} ({'-l 1400 -b 0' if proto == 'udp' else 'default'}), {sys.argv[3]} rounds x {sys.argv[4]} s, interleaved; goodput = receiver Mbit/s")
-    print(f"{'mode':<12}{'median':>9}{'min-max':>15}{'ratio':>8}{'round ratio (min-max)':>24}"
+    print(f"{'mode':<24}{'median':>9}{'min-max':>15}{'ratio':>8}{'round ratio (min-max)':>24}"
           f"{'udp lost%':>10}{'helper CPU':>11}{'wakeups/s':>10}  lost events")
     for m, e in res.items():
         g = e["goodput_bps"]; rr = e["per_round_ratio"]
@@ -263,10 +293,14 @@ for proto in dict.fromkeys(r["proto"] for r in rows):
         cpu = f"{100*e['helper_cpu_s_median']/float(sys.argv[4]):.0f}%" if m != "baseline" else "-"
         wk = f"{e['helper_voluntary_csw_median']/float(sys.argv[4]):.0f}" if m != "baseline" else "-"
         lost = ",".join(map(str, e["lost_events"])) if m.startswith("stream") else ""
-        print(f"{m:<12}{g['median']/1e6:>9.0f}{mm:>15}{rat:>8}{rrs:>24}{e['udp_lost_pct_median']:>10.2f}{cpu:>11}{wk:>10}  {lost}")
-    for m in ("stream",):
+        print(f"{label.get(m, m):<24}{g['median']/1e6:>9.0f}{mm:>15}{rat:>8}{rrs:>24}{e['udp_lost_pct_median']:>10.2f}{cpu:>11}{wk:>10}  {lost}")
+    for m in ("stream", "stream4"):
         if m in res and res[m].get("records_per_packet"):
             print(f"{m}: {res[m]['records_per_packet']:.2f} records per datagram sent")
+    for m in ("stream", "stream4"):
+        if m in res and "above_tcpdump" in res[m]:
+            print(f"{m}: {'above' if res[m]['above_tcpdump'] else 'below'} tcpdump (medians); "
+                  f"above it in {res[m]['rounds_above_tcpdump']} of {len(res[m]['samples_bps'])} rounds")
 if sys.argv[2]:
     s = json.dumps(out, indent=1)
     if sys.argv[2] == "-": print(s)
@@ -387,11 +421,13 @@ for (r, phase), d in rounds.items():
     kern.append(sum(v for k, v in d["ns"].items() if k in hook) / d["pk"])
     cons.append(d["cpu"] * 1e9 / d["pk"])
     rpp.append(d["recs"] / d["pk"]); lost.append(d["lost"]); lp.append(d["lp"])
-empt = [sum(v for k, v in d["ns"].items() if k.startswith("empty_")) / d["pk"]
+# empty programs on the hooks magnet used (all 8, or the 4 send hooks)
+empt = [sum(d["ns"].get(e, 0) for m, (e, h) in hook.items() if m in d["ns"]) / d["pk"]
         for (r, ph), d in rounds.items() if ph == "both"]
+nh = len({m for (r, ph), d in rounds.items() if ph == "both" for m in d["ns"] if m in hook})
 print(f"\nCPU time per datagram at {sys.argv[3]} (phase magnet+empty), median (min-max):")
-print(f"  magnet BPF programs, summed over the 8 hooks (bpf_stats): {mm(kern)} ns")
-print(f"  empty programs on the same 8 hooks (bpf_stats):           {mm(empt)} ns")
+print(f"  magnet BPF programs, summed over the {nh} hooks (bpf_stats): {mm(kern)} ns")
+print(f"  empty programs on the same {nh} hooks (bpf_stats):           {mm(empt)} ns")
 print(f"  => added in the kernel by magnet's probes:                {med(kern)-med(empt):6.0f} ns")
 print(f"  magnet record process, utime+stime / datagrams:           {mm(cons)} ns  (10 ms tick resolution)")
 print(f"  records per datagram {med(rpp):.2f}; lost events {lost}; iperf3 UDP loss % {lp}")

@@ -227,6 +227,24 @@ bool in_module_btf(btf* vmlinux, const char* fn) {
   return found;
 }
 
+// Whether bpf_rdonly_cast (kernel BTF id @kfunc) accepts type id 0 and
+// returns memory that may be read: r0 = bpf_rdonly_cast(0, 0); r0 = *(u64 *)r0.
+bool rdonly_mem_loads(int kfunc) {
+  struct bpf_insn insns[] = {
+      {.code = 0xb7, .dst_reg = 1, .src_reg = 0, .off = 0, .imm = 0},  // r1 = 0
+      {.code = 0xb7, .dst_reg = 2, .src_reg = 0, .off = 0, .imm = 0},  // r2 = 0
+      {.code = 0x85, .dst_reg = 0, .src_reg = BPF_PSEUDO_KFUNC_CALL, .off = 0, .imm = kfunc},
+      {.code = 0x79, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 0},  // r0 = *(u64 *)(r0 + 0)
+      {.code = 0xb7, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 0},  // r0 = 0
+      {.code = 0x95, .dst_reg = 0, .src_reg = 0, .off = 0, .imm = 0},  // exit
+  };
+  int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "magnet_rdonly", "GPL", insns,
+                         sizeof insns / sizeof insns[0], nullptr);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
 int netns_fd_self() { return open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC); }
 
 uint64_t ino_of(const std::string& p) {
@@ -358,6 +376,8 @@ kernel_features kernel_features::probe() {
       k.netfilter_ok_ = e == 0;
       if (e) k.netfilter_why_ = std::string("netfilter program load failed: ") + std::strerror(e);
     }
+    int rc = btf__find_by_name_kind(vm, "bpf_rdonly_cast", BTF_KIND_FUNC);
+    k.rdonly_mem_ = rc > 0 && !k.deny_.count("rdonly_mem") && rdonly_mem_loads(rc);
   } else {
     k.fentry_why_ = k.netfilter_why_ = "kernel has no BTF (/sys/kernel/btf/vmlinux)";
   }
@@ -503,8 +523,18 @@ result<std::unique_ptr<capture>> capture::open(const capture_options& opt) {
   // cgroup_skb programs may not ask for the current task on 6.1; 6.18 allows it.
   c->skel_->rodata->cgskb_has_task =
       libbpf_probe_bpf_helper(BPF_PROG_TYPE_CGROUP_SKB, BPF_FUNC_get_current_pid_tgid, nullptr) > 0;
-  c->skel_->bss->filter_ctl.wakeup_watermark =
-      opt.wakeup_watermark ? opt.wakeup_watermark : rb / 8;
+  c->skel_->rodata->has_rdonly_mem = c->kf_.rdonly_mem();
+  uint64_t wm = opt.wakeup_watermark ? opt.wakeup_watermark : rb / 8;
+  c->skel_->bss->filter_ctl.wakeup_watermark = wm;
+  // mg_submit checks the watermark on one record in N per probe and CPU, so
+  // up to N records of every probe on every CPU can go by unchecked: keep
+  // that under an eighth of the room above the watermark (records are at
+  // most 256 bytes), and N at most 16.  Small rings check every record.
+  uint64_t room = rb > wm ? rb - wm : 0;
+  uint64_t per_check = uint64_t{MAGNET_NPROBES} * static_cast<uint64_t>(c->ncpus_) * 256;
+  uint32_t every = 1;
+  while (every < 16 && 2 * every * per_check <= room / 8) every *= 2;
+  c->skel_->rodata->wakeup_check_mask = every - 1;
 
   if (int err = capture_bpf__load(c->skel_); err)
     return error{std::string("loading BPF programs failed: ") + std::strerror(-err) +

@@ -66,9 +66,14 @@ class kernel_features {
   static kernel_features probe();
   method_check check(const method_spec& m) const;
   const std::string& cgroup2_path() const { return cgroup2_; }
+  // bpf_rdonly_cast(p, 0) yields readable memory (6.17+): the packet
+  // probes then copy headers with plain loads instead of
+  // bpf_probe_read_kernel.  MAGNET_DENY_METHODS=rdonly_mem turns it off.
+  bool rdonly_mem() const { return rdonly_mem_; }
 
  private:
   bool has_btf_ = false, fentry_ok_ = false, kprobe_pmu_ = false, netfilter_ok_ = false;
+  bool rdonly_mem_ = false;
   std::string fentry_why_, netfilter_why_, cgroup2_, tracefs_;
   std::set<std::string> deny_;
   std::shared_ptr<void> btf_;  // struct btf*, freed with btf__free

@@ -70,16 +70,30 @@ static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 	struct magnet_sock s = {};
 	struct magnet_hdr *h;
 	struct mg_ev ev;
+	__u32 mode;
 
-	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode || !sk)
+	if (slot >= MAGNET_NPROBES || !sk)
+		return 0;
+	mode = probe_ctl[slot].mode;
+	if (!mode)
 		return 0;
 	s.family = MG_RD(direct, sk, __sk_common.skc_family);
 	if (s.family != MG_AF_INET && s.family != MG_AF_INET6)
 		return 0;
+	/* Aggregation only, no filter, no VM tagging: count and return. */
+	if (mg_count_only(mode) && !filter_ctl.vm_tagging) {
+		if (self_tgid && bpf_get_current_pid_tgid() >> 32 == self_tgid)
+			return 0;
+		mg_count(slot, mode, 0, ret);
+		return 0;
+	}
 	mg_ev_task(&ev, slot, ret);
-	mg_sock_addrs(sk, &s, send, direct);
-	/* The flow id is known before the filters run: it can be filtered on. */
-	ev.aid = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, s.protocol);
+	/* The flow id is known before the filters run: it can be filtered on.
+	 * Aggregation alone needs neither the addresses nor the hash. */
+	if ((mode & MAGNET_MODE_STREAM) || (filter_ctl.active & MAGNET_FK_ABSTRACT)) {
+		mg_sock_addrs(sk, &s, send, direct);
+		ev.aid = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, s.protocol);
+	}
 	st = mg_admit(&ev);
 	if (!st)
 		return 0;
@@ -87,7 +101,7 @@ static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 	if (!h)
 		return 0;
 	__builtin_memcpy(h + 1, &s, sizeof(s));
-	mg_submit(h, sizeof(*h) + sizeof(s));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -264,6 +278,49 @@ static __always_inline __s32 mg_parse_l3(const __u8 *raw, __u32 n, struct magnet
 	return p->skb_len;
 }
 
+/* The size a packet probe reports, read in place from the IP header at @h
+ * (64 readable bytes): what mg_parse_l3 returns for the same packet, or -1
+ * for an IPv4 header with options, which only the full parser handles. */
+static __always_inline __s64 mg_l3_size(const __u8 *h, __u32 skb_len, enum mg_size_of what)
+{
+	__u32 total, l4off, l4hdr = 0;
+	__u8 proto, doff;
+
+	/* Constant offsets only: for bpf_rdonly_cast memory the verifier makes
+	 * "offset + pointer" (which clang emits for h[var]) a plain scalar. */
+	if ((h[0] >> 4) == 4) {
+		if ((h[0] & 0xf) != 5)
+			return -1;
+		total = (__u32)h[2] << 8 | h[3];
+		proto = h[9];
+		l4off = 20;
+		doff = h[20 + 12];
+	} else if ((h[0] >> 4) == 6) {
+		total = ((__u32)h[4] << 8 | h[5]) + 40;
+		proto = h[6];
+		l4off = 40;
+		doff = h[40 + 12];
+	} else {
+		return skb_len;
+	}
+	if (what == MG_SZ_IP_TOTAL)
+		return total;
+	if (proto == MG_IPPROTO_TCP)
+		l4hdr = (doff >> 4) * 4;
+	else if (proto == MG_IPPROTO_UDP)
+		l4hdr = 8;
+	return total > l4off + l4hdr ? total - (l4off + l4hdr) : 0;
+}
+
+/* Whether a packet probe must copy the headers: for a record, for a size
+ * other than skb->len, or for a flow filter.  Aggregating a device probe
+ * does not look at the packet at all. */
+static __always_inline bool mg_need_headers(__u32 mode, enum mg_size_of what)
+{
+	return (mode & MAGNET_MODE_STREAM) || what != MG_SZ_SKB_LEN ||
+	       (filter_ctl.active & MAGNET_FK_ABSTRACT);
+}
+
 /* The common tail of every packet probe: tag, filter, record. */
 static __always_inline int mg_pkt_emit(struct mg_ev *ev, struct magnet_pkt *pkt,
 				       const __u8 *raw, __u32 n, __u16 type,
@@ -292,7 +349,7 @@ static __always_inline int mg_pkt_emit(struct mg_ev *ev, struct magnet_pkt *pkt,
 	if (!h)
 		return 0;
 	__builtin_memcpy(h + 1, pkt, sizeof(*pkt));
-	mg_submit(h, sizeof(*h) + sizeof(*pkt));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -302,41 +359,72 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 					bool task_ctx, bool direct)
 {
 	struct magnet_pkt pkt = {};
-	__u8 raw[MG_HDR_BUF] = {};
+	__u8 raw[MG_HDR_BUF] __attribute__((aligned(8))) = {};
 	struct net_device *dev;
 	const void *l3;
 	struct mg_ev ev;
-	__u32 n = 64;
+	__u32 mode, n = 0;
 
-	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode || !skb)
+	if (slot >= MAGNET_NPROBES || !skb)
+		return 0;
+	mode = probe_ctl[slot].mode;
+	if (!mode)
 		return 0;
 	pkt.l3proto = bpf_ntohs(MG_RD(direct, skb, protocol));
 	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
 		return 0; /* ARP and friends are not part of the journey */
 	dev = MG_RD(direct, skb, dev);
-	pkt.ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
-	pkt.skb_len = MG_RD(direct, skb, len);
 	if (at_data)
 		l3 = MG_RD(direct, skb, data);
 	else
 		l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
 
-	/* One copy of the headers; a short packet at the end of a page may not
-	 * have 64 readable bytes, so retry with the IPv4 minimum. */
-	if (bpf_probe_read_kernel(raw, 64, l3)) {
-		n = 36;
-		if (bpf_probe_read_kernel(raw, 36, l3))
-			n = 0;
+	/* Aggregation only, no filter: count and return.  The size is skb->len
+	 * on the device layer, else read in place from the IP header; the VM
+	 * is the device's (a task's VM, with VM tagging on, takes the full
+	 * path). */
+	if (mg_count_only(mode) && (what == MG_SZ_SKB_LEN || !task_ctx || !filter_ctl.vm_tagging)) {
+		__u32 len = MG_RD(direct, skb, len);
+		__s64 size = -1;
+
+		if (what == MG_SZ_SKB_LEN)
+			size = len;
+		else if (has_rdonly_mem)
+			size = mg_l3_size(bpf_rdonly_cast(l3, 0), len, what);
+		if (size >= 0) {
+			__u32 tgid = task_ctx ? bpf_get_current_pid_tgid() >> 32 : 0;
+			__u32 vm = 0;
+
+			if (self_tgid && tgid == self_tgid)
+				return 0;
+			if (filter_ctl.vm_tagging && dev)
+				vm = mg_vm_of_ifindex(MG_RD(direct, dev, ifindex));
+			mg_count(slot, mode, vm, size);
+			return 0;
+		}
 	}
-	if (n == 64 && (raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 &&
-	    !bpf_probe_read_kernel(raw, MG_HDR_BUF, l3))
-		n = MG_HDR_BUF;
+	pkt.ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
+	pkt.skb_len = MG_RD(direct, skb, len);
+
+	if (mg_need_headers(mode, what)) {
+		/* One copy of the headers; a short packet at the end of a page
+		 * may not have 64 readable bytes, so retry with the IPv4 minimum. */
+		n = 64;
+		if (mg_read_kernel(raw, l3, 64)) {
+			n = 36;
+			if (mg_read_kernel(raw, l3, 36))
+				n = 0;
+		}
+		if (n == 64 && (raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 &&
+		    !mg_read_kernel(raw, l3, MG_HDR_BUF))
+			n = MG_HDR_BUF;
+	}
 
 	if (task_ctx) {
 		mg_ev_task(&ev, slot, 0);
 	} else {
 		ev.slot = slot;
-		ev.now = bpf_ktime_get_ns();
+		ev.now = 0;
 		ev.cpu = bpf_get_smp_processor_id();
 		ev.tgid = ev.tid = 0;
 		ev.cgroup = 0;
@@ -433,43 +521,83 @@ int BPF_KPROBE(ip_recv_kprobe, struct sk_buff *skb)
 			    MG_SZ_IP_TOTAL, true, false, false);
 }
 
+/* The first @len bytes of the packet (@len a constant multiple of 4) into
+ * @dst (8-byte aligned): plain loads from the linear area when it holds
+ * them, which saves a helper call per packet, else bpf_skb_load_bytes. */
+static __always_inline int mg_skb_copy(struct __sk_buff *skb, __u8 *dst, __u32 len)
+{
+	const __u8 *data = (const void *)(long)skb->data;
+	const __u8 *end = (const void *)(long)skb->data_end;
+	__u32 i;
+
+	if (data + len > end)
+		return bpf_skb_load_bytes(skb, 0, dst, len);
+#pragma unroll
+	for (i = 0; i + 8 <= len; i += 8)
+		*(__u64 *)(dst + i) = *(const __u64 *)(data + i);
+	if (len & 4)
+		*(__u32 *)(dst + i) = *(const __u32 *)(data + i);
+	return 0;
+}
+
 /* cgroup_skb: ip output (ip_finish_output) and l4 delivery (sk_filter).
  * These hooks give a struct __sk_buff whose data starts at the IP header. */
 static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 					  __u16 type, enum mg_size_of what)
 {
 	struct magnet_pkt pkt = {};
-	__u8 raw[MG_HDR_BUF] = {};
+	__u8 raw[MG_HDR_BUF] __attribute__((aligned(8))) = {};
 	struct mg_ev ev;
-	__u32 n;
+	__u32 mode, n;
 
-	if (slot >= MAGNET_NPROBES || !probe_ctl[slot].mode)
+	if (slot >= MAGNET_NPROBES)
+		return 1;
+	mode = probe_ctl[slot].mode;
+	if (!mode)
 		return 1;
 	pkt.l3proto = bpf_ntohs(skb->protocol);
 	if (pkt.l3proto != MG_ETH_P_IP && pkt.l3proto != MG_ETH_P_IPV6)
 		return 1;
+
+	/* Aggregation only, no filter: count and return, the size read in
+	 * place when the linear data holds 64 bytes (see mg_pkt_event). */
+	if (mg_count_only(mode)) {
+		const __u8 *data = (const void *)(long)skb->data;
+		const __u8 *end = (const void *)(long)skb->data_end;
+		__s64 size = -1;
+
+		if (skb->len >= 64 && data + 64 <= end)
+			size = mg_l3_size(data, skb->len, what);
+		if (size >= 0) {
+			if (type == MAGNET_EV_NET_IP_SEND && cgskb_has_task && self_tgid &&
+			    bpf_get_current_pid_tgid() >> 32 == self_tgid)
+				return 1;
+			mg_count(slot, mode, mg_vm_of_ifindex(skb->ifindex), size);
+			return 1;
+		}
+	}
 	pkt.ifindex = skb->ifindex;
 	pkt.skb_len = skb->len;
 	/* bpf_skb_load_bytes wants a constant length: take the largest that fits. */
 	n = skb->len >= 64 ? 64 : skb->len >= 36 ? 36 : skb->len >= 20 ? 20 : 0;
 	if (n == 64) {
-		if (bpf_skb_load_bytes(skb, 0, raw, 64))
+		if (mg_skb_copy(skb, raw, 64))
 			return 1;
 		if ((raw[0] >> 4) == 4 && (raw[0] & 0xf) * 4 + 16 > 64 && skb->len >= MG_HDR_BUF &&
-		    !bpf_skb_load_bytes(skb, 0, raw, MG_HDR_BUF))
+		    !mg_skb_copy(skb, raw, MG_HDR_BUF))
 			n = MG_HDR_BUF;
 	} else if (n == 36) {
-		if (bpf_skb_load_bytes(skb, 0, raw, 36))
+		if (mg_skb_copy(skb, raw, 36))
 			return 1;
 	} else if (n == 20) {
-		if (bpf_skb_load_bytes(skb, 0, raw, 20))
+		if (mg_skb_copy(skb, raw, 20))
 			return 1;
 	} else {
 		return 1;
 	}
 
 	ev.slot = slot;
-	ev.now = bpf_ktime_get_ns();
+	ev.now = 0;
 	ev.cpu = bpf_get_smp_processor_id();
 	if (type == MAGNET_EV_NET_IP_SEND && cgskb_has_task) {
 		__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -548,7 +676,7 @@ static __always_inline int mg_tcp_state_event(struct sock *sk)
 	p->copied_seq = BPF_CORE_READ(tp, copied_seq);
 	p->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
 	p->snd_una = BPF_CORE_READ(tp, snd_una);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -597,7 +725,7 @@ static __always_inline int mg_sched_switch_event(struct task_struct *prev,
 	p->next_prio = BPF_CORE_READ(next, prio);
 	BPF_CORE_READ_STR_INTO(&p->prev_comm, prev, comm);
 	BPF_CORE_READ_STR_INTO(&p->next_comm, next, comm);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -640,7 +768,7 @@ static __always_inline int mg_wakeup_event(struct task_struct *t)
 	p->prio = BPF_CORE_READ(t, prio);
 	p->reserved = 0;
 	BPF_CORE_READ_STR_INTO(&p->comm, t, comm);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -679,7 +807,7 @@ static __always_inline int mg_fork_event(struct task_struct *parent,
 	p->child_tid = BPF_CORE_READ(child, pid);
 	BPF_CORE_READ_STR_INTO(&p->parent_comm, parent, comm);
 	BPF_CORE_READ_STR_INTO(&p->child_comm, child, comm);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -716,7 +844,7 @@ static __always_inline int mg_exit_event(struct task_struct *t)
 	p->exit_code = BPF_CORE_READ(t, exit_code);
 	p->reserved = 0;
 	BPF_CORE_READ_STR_INTO(&p->comm, t, comm);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -769,6 +897,7 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	if (!probe_ctl[MAGNET_P_BLK_ISSUE].mode && !probe_ctl[MAGNET_P_BLK_COMPLETE].mode)
 		return 0;
 	mg_ev_task(&ev, slot, 0);
+	ev.now = bpf_ktime_get_ns(); /* also the latency's clock */
 	if (!complete) {
 		struct mg_blk_issue is = {
 			.ts = ev.now, .tgid = ev.tgid, .tid = ev.tid, .vm = ev.vm,
@@ -808,7 +937,7 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	p->error = error;
 	op = BPF_CORE_READ(rq, cmd_flags) & 0xff; /* REQ_OP_MASK */
 	p->rwbs[0] = op == 0 ? 'R' : op == 1 ? 'W' : op == 2 ? 'F' : op == 3 ? 'D' : 'N';
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -951,6 +1080,7 @@ int kvm_exit_tp(struct trace_event_raw_kvm_exit *ctx)
 	if (!probe_ctl[MAGNET_P_KVM_EXIT].mode && !mg_vcpu_state_wanted())
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_KVM_EXIT, 0);
+	ev.now = bpf_ktime_get_ns(); /* also the exit -> entry clock */
 	if (mg_vcpu_state_wanted()) {
 		vs = bpf_map_lookup_elem(&vcpu_state, &ev.tid);
 		if (vs) {
@@ -987,7 +1117,7 @@ int kvm_exit_tp(struct trace_event_raw_kvm_exit *ctx)
 	p->guest_rip = BPF_CORE_READ(ctx, guest_rip);
 	p->info1 = BPF_CORE_READ(ctx, info1);
 	p->info2 = BPF_CORE_READ(ctx, info2);
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -1006,6 +1136,7 @@ int kvm_entry_tp(struct trace_event_raw_kvm_entry *ctx)
 	if (!probe_ctl[MAGNET_P_KVM_ENTRY].mode)
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_KVM_ENTRY, 0);
+	ev.now = bpf_ktime_get_ns();
 	vcpu = BPF_CORE_READ(ctx, vcpu_id);
 	vs = bpf_map_lookup_elem(&vcpu_state, &ev.tid);
 	if (vs && vs->exit_ts && vs->exit_ts <= ev.now) {
@@ -1039,7 +1170,7 @@ int kvm_entry_tp(struct trace_event_raw_kvm_entry *ctx)
 	p->exit_reason = reason;
 	p->isa = isa;
 	p->flags = flags;
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -1075,7 +1206,7 @@ int kvm_uexit_tp(struct trace_event_raw_kvm_userspace_exit *ctx)
 	p->reason = BPF_CORE_READ(ctx, reason);
 	p->error = BPF_CORE_READ(ctx, errno);
 	p->reserved = 0;
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -1118,7 +1249,7 @@ int kvm_wakeup_tp(struct trace_event_raw_kvm_vcpu_wakeup *ctx)
 	p->waited = waited;
 	p->valid = BPF_CORE_READ(ctx, valid);
 	p->reserved = 0;
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -1148,7 +1279,7 @@ int kvm_halt_poll_tp(struct trace_event_raw_kvm_halt_poll_ns *ctx)
 	p->old_ns = BPF_CORE_READ(ctx, old);
 	p->grow = BPF_CORE_READ(ctx, grow);
 	p->reserved[0] = p->reserved[1] = p->reserved[2] = 0;
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -1187,7 +1318,7 @@ static __always_inline int mg_drop_event(struct sk_buff *skb, void *location,
 	p->protocol = bpf_ntohs(MG_RD(direct, skb, protocol));
 	p->reserved = 0;
 	p->reserved2 = 0;
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 
@@ -1303,6 +1434,7 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 		return 0; /* not forwarded (yet) */
 	vm = tx ? q->vm : mg_vm_of_ifindex(out_if);
 	mg_ev_task(&ev, slot, MG_RD(direct, skb, len));
+	ev.now = bpf_ktime_get_ns();
 	if (!vm || q->head != mg_ptr_bits(MG_RD(direct, skb, head)) ||
 	    ev.now < q->ts || ev.now - q->ts > MG_QUEUE_MAX_NS) {
 		bpf_map_delete_elem(map, &key);
@@ -1326,7 +1458,7 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 			p->delay_ns = delay;
 			p->in_ifindex = q->ifindex;
 			p->out_ifindex = out_if;
-			mg_submit(h, sizeof(*h) + sizeof(*p));
+			mg_submit(st, h);
 		}
 	}
 	bpf_map_delete_elem(map, &key);
@@ -1422,6 +1554,7 @@ static __always_inline int mg_vhost_exit(bool rx)
 	if (!t0)
 		return 0;
 	mg_ev_task(&ev, slot, 0);
+	ev.now = bpf_ktime_get_ns();
 	dur = ev.now >= *t0 ? ev.now - *t0 : 0;
 	bpf_map_delete_elem(&vhost_start, &key);
 	ev.aid = ev.tid;
@@ -1434,7 +1567,7 @@ static __always_inline int mg_vhost_exit(bool rx)
 		return 0;
 	p = (void *)(h + 1);
 	p->duration_ns = dur;
-	mg_submit(h, sizeof(*h) + sizeof(*p));
+	mg_submit(st, h);
 	return 0;
 }
 

@@ -25,6 +25,19 @@ const volatile __u32 self_tgid = 0;  /* the recorder itself: never traced */
 /* cgroup_skb programs may call bpf_get_current_pid_tgid (probed by the
  * loader; a constant false removes the call before the verifier sees it). */
 const volatile bool cgskb_has_task = false;
+/* The wakeup watermark is checked on every record whose per-probe, per-CPU
+ * count of emitted records is a multiple of this mask + 1 (a power of two
+ * chosen by the loader so that the records in between cannot fill the
+ * ring; 0 on small rings: every record checks). */
+const volatile __u32 wakeup_check_mask = 0;
+/* bpf_rdonly_cast(p, 0) gives read-only, fault-tolerant access to any
+ * kernel address with plain loads (6.17+); the loader probes it.  The
+ * kfunc is weak: on kernels without it the call stays unresolved and,
+ * has_rdonly_mem being a constant false, the verifier drops it as dead
+ * code. */
+const volatile bool has_rdonly_mem = false;
+
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
 /* Run-time control, mmapped by user space (skel->bss). */
 struct magnet_probe_ctl probe_ctl[MAGNET_NPROBES];
@@ -125,6 +138,27 @@ static __always_inline __u64 mg_ptr_bits(const void *p)
 	return v;
 }
 
+/* @len bytes (a constant multiple of 4) at kernel address @src into @dst
+ * (8-byte aligned).  With has_rdonly_mem these are inline loads instead of a
+ * bpf_probe_read_kernel call; a load that faults reads as zero rather than
+ * failing the copy, which the header parser treats as a packet it cannot
+ * parse. */
+static __always_inline int mg_read_kernel(__u8 *dst, const void *src, __u32 len)
+{
+	const __u8 *s;
+	__u32 i;
+
+	if (!has_rdonly_mem)
+		return bpf_probe_read_kernel(dst, len, src);
+	s = bpf_rdonly_cast(src, 0);
+#pragma unroll
+	for (i = 0; i + 8 <= len; i += 8)
+		*(__u64 *)(dst + i) = *(const __u64 *)(s + i);
+	if (len & 4)
+		*(__u32 *)(dst + i) = *(const __u32 *)(s + i);
+	return 0;
+}
+
 static __always_inline __u64 mg_id(const void *p)
 {
 	return p ? (mg_ptr_bits(p) ^ id_key) : 0;
@@ -154,7 +188,7 @@ static __always_inline __u32 mg_vm_of_ifindex(__u32 ifindex)
 
 /* What a probe knows about an event before it decides to record it. */
 struct mg_ev {
-	__u64 now;
+	__u64 now; /* 0 until the event is streamed (see mg_admit) */
 	__u64 aid;
 	__u64 cgroup; /* 0 when the program type cannot know it */
 	__u32 tgid;
@@ -166,18 +200,52 @@ struct mg_ev {
 	__u16 flags; /* MAGNET_RF_* */
 };
 
+/* Counts an admitted event: seen, and the in-kernel aggregate when the
+ * probe aggregates.  Returns the per-CPU probe state. */
+static __always_inline struct magnet_probe_pcpu *mg_count(__u32 slot, __u32 mode, __u32 vm,
+							  __s32 size)
+{
+	struct magnet_probe_pcpu *st;
+	struct magnet_agg *a;
+	__u32 idx;
+
+	st = bpf_map_lookup_elem(&probe_pcpu, &slot);
+	if (!st)
+		return NULL;
+	st->seen++;
+	if (mode & MAGNET_MODE_AGGREGATE) {
+		idx = slot * (MAGNET_MAX_VM_ID + 1) + (vm & MAGNET_MAX_VM_ID);
+		a = bpf_map_lookup_elem(&agg, &idx);
+		if (a) {
+			a->events++;
+			if (size > 0)
+				a->bytes += size;
+		}
+	}
+	return st;
+}
+
+/* Aggregation only, no filter: such an event is counted and nothing else
+ * (no timestamp, no record, no filter lookup), which a probe can do before
+ * it gathers anything else. */
+static __always_inline bool mg_count_only(__u32 mode)
+{
+	return mode == MAGNET_MODE_AGGREGATE && !filter_ctl.active;
+}
+
 /*
  * Filters, aggregation and sampling.  Returns the per-CPU probe state when
  * the event must be streamed, NULL otherwise (disabled, filtered out,
- * aggregation-only, or not sampled).
+ * aggregation-only, or not sampled).  The timestamp is taken here, only for
+ * events that go on to the stream: bpf_ktime_get_ns is one of the dearest
+ * steps of a probe, and aggregation does not need it.
  */
 static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 {
 	__u32 slot = ev->slot;
 	struct magnet_probe_pcpu *st;
 	struct magnet_probe_ctl *ctl;
-	struct magnet_agg *a;
-	__u32 mode, active, idx;
+	__u32 mode, active;
 
 	if (slot >= MAGNET_NPROBES)
 		return NULL;
@@ -213,22 +281,13 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 			return NULL;
 	}
 
-	st = bpf_map_lookup_elem(&probe_pcpu, &slot);
+	st = mg_count(slot, mode, ev->vm, ev->size);
 	if (!st)
 		return NULL;
-	st->seen++;
-
-	if (mode & MAGNET_MODE_AGGREGATE) {
-		idx = slot * (MAGNET_MAX_VM_ID + 1) + (ev->vm & MAGNET_MAX_VM_ID);
-		a = bpf_map_lookup_elem(&agg, &idx);
-		if (a) {
-			a->events++;
-			if (ev->size > 0)
-				a->bytes += ev->size;
-		}
-	}
 	if (!(mode & MAGNET_MODE_STREAM))
 		return NULL;
+	if (!ev->now)
+		ev->now = bpf_ktime_get_ns();
 
 	if (ctl->sample_every > 1) {
 		if (++st->sample_count < ctl->sample_every)
@@ -285,15 +344,20 @@ static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
 }
 
 /* Batched wakeups: below the watermark nobody is woken (the consumer's poll
- * timeout picks the records up); at or above it every submit asks for a
- * wakeup.  The kernel coalesces pending wakeups (irq_work), so a slow reader
- * is not flooded, and no window can be jumped over by concurrent CPUs. */
-static __always_inline void mg_submit(void *rec, __u32 len)
+ * timeout picks the records up); at or above it every checking submit asks
+ * for a wakeup.  The kernel coalesces pending wakeups (irq_work), so a slow
+ * reader is not flooded, and no window can be jumped over by concurrent
+ * CPUs.  Only one record in wakeup_check_mask + 1 per probe and CPU queries
+ * the ring (a helper call that reads both positions): the wakeup comes at
+ * most that many records late, far less than the room above the watermark. */
+static __always_inline void mg_submit(struct magnet_probe_pcpu *st, void *rec)
 {
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 flags = BPF_RB_NO_WAKEUP;
 
-	bpf_ringbuf_submit(rec, avail >= filter_ctl.wakeup_watermark ? BPF_RB_FORCE_WAKEUP
-								  : BPF_RB_NO_WAKEUP);
+	if (!(st->emitted & wakeup_check_mask) &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= filter_ctl.wakeup_watermark)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(rec, flags);
 }
 
 static __always_inline void mg_ev_task(struct mg_ev *ev, __u32 slot, __s32 size)
@@ -301,7 +365,7 @@ static __always_inline void mg_ev_task(struct mg_ev *ev, __u32 slot, __s32 size)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 
 	ev->slot = slot;
-	ev->now = bpf_ktime_get_ns();
+	ev->now = 0;
 	ev->cpu = bpf_get_smp_processor_id();
 	ev->tgid = pid_tgid >> 32;
 	ev->tid = (__u32)pid_tgid;

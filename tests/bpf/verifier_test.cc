@@ -32,6 +32,9 @@ void expect_loads(const char* deny) {
 
 TEST(Verifier, PreferredMethodsLoad) { expect_loads(""); }
 TEST(Verifier, RawTracepointFallbacksLoad) { expect_loads("tp_btf"); }
+// Header copies through bpf_probe_read_kernel, as on kernels before 6.17.
+TEST(Verifier, ProbeReadHeaderCopyLoads) { expect_loads("rdonly_mem"); }
+TEST(Verifier, RawTracepointsWithProbeReadLoad) { expect_loads("tp_btf,rdonly_mem"); }
 
 TEST(Verifier, EveryNetworkLayerHasAMethodOnThisKernel) {
   // The development kernel has no kprobes and refuses fentry: the stable

@@ -1,9 +1,7 @@
 // Tier 3: real probes on this kernel, real traffic between two network
 // namespaces joined by a veth pair, through the real `magnet` binary.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -19,18 +17,9 @@ namespace magnet {
 namespace {
 
 using test::child;
-using test::ns_task;
 using test::veth_pair;
 
 constexpr uint16_t kUdpSrc = 5000, kUdpDst = 6000, kTcpSrc = 5001, kTcpDst = 6001;
-
-sockaddr_in addr(const std::string& ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
-  return a;
-}
 
 struct temp_trace {
   std::string path = "/tmp/magnet-priv-" + std::to_string(getpid()) + "-" +
@@ -86,48 +75,31 @@ class NetnsCapture : public ::testing::Test {
     return c;
   }
 
+  // 500 datagrams through every network layer: exact counts, sizes, flow ids.
+  void udp_journey();
+
   // N UDP datagrams of S bytes, ns_a:5000 -> ns_b:6000; returns {sender, receiver} pids.
   std::pair<pid_t, pid_t> udp_exchange(veth_pair& v, int n, int size, bool pace) {
-    std::string a = v.addr_a, b = v.addr_b;
-    ns_task rx(v.ns_b, [&](const std::function<void()>& ready) {
-      int s = socket(AF_INET, SOCK_DGRAM, 0);
-      int big = 8 << 20;
-      setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
-      auto sa = addr(b, kUdpDst);
-      if (bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa)) return 2;
-      // Connected, as iperf3's UDP server is: the socket then knows its peer
-      // (an unconnected socket's receive records carry only the local end).
-      auto peer = addr(a, kUdpSrc);
-      if (connect(s, reinterpret_cast<sockaddr*>(&peer), sizeof peer)) return 4;
-      timeval tv{5, 0};
-      setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      ready();
-      std::vector<char> buf(65536);
-      for (int i = 0; i < n; ++i)
-        if (recv(s, buf.data(), buf.size(), 0) != size) return 3;
-      return 0;
-    });
-    EXPECT_TRUE(rx.wait_ready());
-    ns_task tx(v.ns_a, [&](const std::function<void()>&) {
-      int s = socket(AF_INET, SOCK_DGRAM, 0);
-      auto src = addr(a, kUdpSrc), dst = addr(b, kUdpDst);
-      if (bind(s, reinterpret_cast<sockaddr*>(&src), sizeof src)) return 2;
-      if (connect(s, reinterpret_cast<sockaddr*>(&dst), sizeof dst)) return 3;
-      std::vector<char> buf(static_cast<size_t>(size), 'm');
-      for (int i = 0; i < n; ++i) {
-        if (send(s, buf.data(), buf.size(), 0) != size) return 4;
-        if (pace && i % 50 == 49) usleep(1000);  // stay below the receiver's buffer
-      }
-      return 0;
-    });
-    pid_t txp = tx.pid(), rxp = rx.pid();
-    EXPECT_EQ(tx.join(), 0) << "sender";
-    EXPECT_EQ(rx.join(), 0) << "receiver got every datagram";
-    return {txp, rxp};
+    auto r = test::udp_exchange(v, n, size, kUdpSrc, kUdpDst, pace);
+    EXPECT_EQ(r.tx_rc, 0) << "sender";
+    EXPECT_EQ(r.rx_rc, 0) << "receiver got every datagram";
+    return {r.tx, r.rx};
   }
 };
 
-TEST_F(NetnsCapture, UdpJourneyOfEveryDatagramAtEveryLayerWithoutLoss) {
+TEST_F(NetnsCapture, UdpJourneyOfEveryDatagramAtEveryLayerWithoutLoss) { udp_journey(); }
+
+// The same records when the packet probes copy headers with
+// bpf_probe_read_kernel (kernels without bpf_rdonly_cast to memory).
+TEST_F(NetnsCapture, UdpJourneyIsTheSameWithProbeReadHeaderCopies) {
+  struct deny_env {
+    deny_env() { setenv("MAGNET_DENY_METHODS", "rdonly_mem", 1); }
+    ~deny_env() { unsetenv("MAGNET_DENY_METHODS"); }
+  } env;
+  udp_journey();
+}
+
+void NetnsCapture::udp_journey() {
   veth_pair v;
   temp_trace t;
   auto rec_proc = start_record(t.path, {"--probes", "net"});
@@ -182,38 +154,9 @@ TEST_F(NetnsCapture, TcpByteTotalsAreExactAtSocketAndTransportLayers) {
   temp_trace t;
   auto rec_proc = start_record(t.path, {"--probes", "net"});
   const size_t total = (4u << 20) + 123;
-  std::string a = v.addr_a, b = v.addr_b;
-  ns_task server(v.ns_b, [&](const std::function<void()>& ready) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    auto sa = addr(b, kTcpDst);
-    if (bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) || listen(s, 1)) return 2;
-    ready();
-    int c = accept(s, nullptr, nullptr);
-    std::vector<char> buf(1 << 16);
-    size_t got = 0;
-    for (ssize_t k; (k = recv(c, buf.data(), buf.size(), 0)) > 0;) got += static_cast<size_t>(k);
-    return got == total ? 0 : 3;
-  });
-  ASSERT_TRUE(server.wait_ready());
-  ns_task client(v.ns_a, [&](const std::function<void()>&) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    auto src = addr(a, kTcpSrc), dst = addr(b, kTcpDst);
-    if (bind(s, reinterpret_cast<sockaddr*>(&src), sizeof src)) return 2;
-    if (connect(s, reinterpret_cast<sockaddr*>(&dst), sizeof dst)) return 3;
-    std::vector<char> buf(total, 't');
-    size_t off = 0;
-    while (off < total) {
-      ssize_t k = send(s, buf.data() + off, std::min<size_t>(total - off, 100000), 0);
-      if (k <= 0) return 4;
-      off += static_cast<size_t>(k);
-    }
-    close(s);
-    return 0;
-  });
-  ASSERT_EQ(client.join(), 0);
-  ASSERT_EQ(server.join(), 0) << "server received every byte";
+  auto x = test::tcp_transfer(v, total, kTcpSrc, kTcpDst);
+  ASSERT_EQ(x.client_rc, 0);
+  ASSERT_EQ(x.server_rc, 0) << "server received every byte";
   usleep(200000);
   ASSERT_EQ(rec_proc->stop(SIGINT), 0) << rec_proc->stderr_text();
 

@@ -1,13 +1,17 @@
 #include "proc.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -191,7 +195,13 @@ veth_pair::veth_pair() {
   vb.resize(std::min<size_t>(vb.size(), 15));
   sh("ip netns add " + ns_a);
   sh("ip netns add " + ns_b);
-  sh("ip link add " + va + " netns " + ns_a + " type veth peer name " + vb + " netns " + ns_b);
+  for (const auto& ns : {ns_a, ns_b})
+    sh("ip netns exec " + ns +
+       " sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
+  ifindex_a = 1000000 + static_cast<int>(getpid() % 1000000) * 2;
+  ifindex_b = ifindex_a + 1;
+  sh("ip link add " + va + " index " + std::to_string(ifindex_a) + " netns " + ns_a +
+     " type veth peer name " + vb + " index " + std::to_string(ifindex_b) + " netns " + ns_b);
   sh("ip -n " + ns_a + " addr add " + addr_a + "/24 dev " + va);
   sh("ip -n " + ns_b + " addr add " + addr_b + "/24 dev " + vb);
   for (const auto& [ns, dev] : {std::pair{ns_a, va}, {ns_b, vb}}) {
@@ -208,6 +218,90 @@ veth_pair::veth_pair() {
 veth_pair::~veth_pair() {
   std::system(("ip netns del " + ns_a + " 2>/dev/null").c_str());
   std::system(("ip netns del " + ns_b + " 2>/dev/null").c_str());
+}
+
+namespace {
+
+sockaddr_in inet_addr_of(const std::string& ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+}  // namespace
+
+udp_exchange_result udp_exchange(const veth_pair& v, int n, int size, uint16_t sport,
+                                 uint16_t dport, bool pace) {
+  udp_exchange_result res;
+  auto src = inet_addr_of(v.addr_a, sport), dst = inet_addr_of(v.addr_b, dport);
+  ns_task rx(v.ns_b, [&](const std::function<void()>& ready) {
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    int big = 8 << 20;
+    setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+    if (bind(s, reinterpret_cast<const sockaddr*>(&dst), sizeof dst)) return 2;
+    if (connect(s, reinterpret_cast<const sockaddr*>(&src), sizeof src)) return 4;
+    timeval tv{5, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ready();
+    std::vector<char> buf(65536);
+    for (int i = 0; i < n; ++i)
+      if (recv(s, buf.data(), buf.size(), 0) != size) return 3;
+    return 0;
+  });
+  if (!rx.wait_ready()) return res;
+  ns_task tx(v.ns_a, [&](const std::function<void()>&) {
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    if (bind(s, reinterpret_cast<const sockaddr*>(&src), sizeof src)) return 2;
+    if (connect(s, reinterpret_cast<const sockaddr*>(&dst), sizeof dst)) return 3;
+    std::vector<char> buf(static_cast<size_t>(size), 'm');
+    for (int i = 0; i < n; ++i) {
+      if (send(s, buf.data(), buf.size(), 0) != size) return 4;
+      if (pace && i % 50 == 49) usleep(1000);
+    }
+    return 0;
+  });
+  res.tx = tx.pid();
+  res.rx = rx.pid();
+  res.tx_rc = tx.join();
+  res.rx_rc = rx.join();
+  return res;
+}
+
+tcp_transfer_result tcp_transfer(const veth_pair& v, size_t total, uint16_t sport,
+                                 uint16_t dport) {
+  tcp_transfer_result res;
+  auto src = inet_addr_of(v.addr_a, sport), dst = inet_addr_of(v.addr_b, dport);
+  ns_task server(v.ns_b, [&](const std::function<void()>& ready) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, reinterpret_cast<const sockaddr*>(&dst), sizeof dst) || listen(s, 1)) return 2;
+    ready();
+    int c = accept(s, nullptr, nullptr);
+    std::vector<char> buf(1 << 16);
+    size_t got = 0;
+    for (ssize_t k; (k = recv(c, buf.data(), buf.size(), 0)) > 0;) got += static_cast<size_t>(k);
+    return got == total ? 0 : 3;
+  });
+  if (!server.wait_ready()) return res;
+  ns_task client(v.ns_a, [&](const std::function<void()>&) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (bind(s, reinterpret_cast<const sockaddr*>(&src), sizeof src)) return 2;
+    if (connect(s, reinterpret_cast<const sockaddr*>(&dst), sizeof dst)) return 3;
+    std::vector<char> buf(total, 't');
+    for (size_t off = 0; off < total;) {
+      ssize_t k = send(s, buf.data() + off, std::min<size_t>(total - off, 100000), 0);
+      if (k <= 0) return 4;
+      off += static_cast<size_t>(k);
+    }
+    close(s);
+    return 0;
+  });
+  res.client_rc = client.join();
+  res.server_rc = server.join();
+  return res;
 }
 
 }  // namespace magnet::test

@@ -3,6 +3,7 @@
 // ended by PID; everything created is removed in destructors.
 #pragma once
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include <functional>
@@ -56,10 +57,34 @@ class ns_task {
 
 class veth_pair {
  public:
-  veth_pair();  // namespaces magnet-t{a,b}-PID, 10.199.0.1/24 <-> 10.199.0.2/24
+  // Namespaces magnet-t{a,b}-PID, 10.199.0.1/24 <-> 10.199.0.2/24, IPv6
+  // off (no neighbour discovery traffic), and interface indexes derived
+  // from the PID, so no device of another namespace shares them.
+  veth_pair();
   ~veth_pair();
   std::string ns_a, ns_b;
   std::string addr_a = "10.199.0.1", addr_b = "10.199.0.2";
+  int ifindex_a = 0, ifindex_b = 0;
 };
+
+// @n UDP datagrams of @size bytes from ns_a:@sport to ns_b:@dport, both
+// sockets connected (as iperf3's are: the receiving socket then knows its
+// peer); @pace sleeps 1 ms every 50 datagrams to stay below the receiver's
+// buffer.  The exit codes are 0 when the sender sent and the receiver got
+// every datagram.
+struct udp_exchange_result {
+  pid_t tx = -1, rx = -1;
+  int tx_rc = -1, rx_rc = -1;
+};
+udp_exchange_result udp_exchange(const veth_pair& v, int n, int size, uint16_t sport,
+                                 uint16_t dport, bool pace);
+
+// One TCP connection ns_a:@sport -> ns_b:@dport carrying @total bytes, then
+// closed.  The exit codes are 0 when the server received every byte.
+struct tcp_transfer_result {
+  int client_rc = -1, server_rc = -1;
+};
+tcp_transfer_result tcp_transfer(const veth_pair& v, size_t total, uint16_t sport,
+                                 uint16_t dport);
 
 }  // namespace magnet::test
