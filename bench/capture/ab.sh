@@ -48,45 +48,17 @@ WORK=$(mktemp -d /dev/shm/magnet-ab.XXXXXX)
 PIDS=()
 OLD_STATS=$(sysctl -n kernel.bpf_stats_enabled)
 
-cleanup() {
-  set +e
-  for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
-  ip netns del "$NS_S" 2>/dev/null
-  ip netns del "$NS_R" 2>/dev/null
-  sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS"
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+SELF=ab.sh
+# shellcheck source=lib.sh
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
+trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
-ip netns add "$NS_S"
-ip netns add "$NS_R"
-ip link add "mas$$" netns "$NS_S" type veth peer name "mar$$" netns "$NS_R"
-ip -n "$NS_S" addr add 10.232.0.1/24 dev "mas$$"
-ip -n "$NS_R" addr add 10.232.0.2/24 dev "mar$$"
-for ns in "$NS_S" "$NS_R"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_S" link set "mas$$" up
-ip -n "$NS_R" link set "mar$$" up
+veth_up "mas$$" 10.232.0.1 "mar$$" 10.232.0.2
 ip netns exec "$NS_R" iperf3 -s -B 10.232.0.2 -p 5201 >/dev/null 2>&1 </dev/null &
 PIDS+=($!)
 sleep 1
 sysctl -qw kernel.bpf_stats_enabled=1
-
-wait_for() {  # FILE PATTERN
-  local i
-  for ((i = 0; i < 300; i++)); do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "ab.sh: timed out waiting for '$2' in $1:" >&2
-  cat "$1" >&2 || true
-  return 1
-}
 
 # start BUILD OUT NF_PRIORITY -> SPID
 start() {
@@ -96,20 +68,15 @@ start() {
       >/dev/null 2>"$2" &
     SPID=$!
     PIDS+=("$SPID")
-    wait_for "$2" recording
+    wait_for "$2" recording 15
   else
     MAGNET_NF_PRIORITY=$3 "$1/host/magnet" stat --probes "$PROBES" --interval 1s >"$2" 2>&1 &
     SPID=$!
     PIDS+=("$SPID")
-    wait_for "$2" .
+    wait_for "$2" . 15
   fi
 }
 
-prog_ids() {
-  local f
-  for f in /proc/"$1"/fdinfo/*; do awk '/^prog_id:/{print $2}' "$f" 2>/dev/null; done |
-    sort -un | tr '\n' ' '
-}
 
 dir() { [[ $1 == A ]] && echo "$A" || echo "$B"; }
 
@@ -118,8 +85,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
   if ((r % 2)); then first=A second=B; else first=B second=A; fi
   start "$(dir $first)" "$WORK/o1" -128; p1=$SPID
   start "$(dir $second)" "$WORK/o2" -127; p2=$SPID
-  i1=$(prog_ids "$p1")
-  i2=$(prog_ids "$p2")
+  i1=$(prog_ids "$p1" | tr '\n' ' ')
+  i2=$(prog_ids "$p2" | tr '\n' ' ')
   bpftool prog show --json >"$WORK/before.json"
   ip netns exec "$NS_S" iperf3 -c 10.232.0.2 -p 5201 -t "$DUR" -u -l 1400 -b "$RATE" >/dev/null
   bpftool prog show --json >"$WORK/after.json"
