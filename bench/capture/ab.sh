@@ -2,7 +2,9 @@
 # Per-probe cost of two magnet builds measured at the same time: both attach
 # to the same hooks and see the same packets, so the machine's drift (other
 # work, frequency, cache state) hits both alike and B-A is what the code
-# changed.  Start order alternates every round.  Root only.  See
+# changed.  Start order alternates every round: the build attached first
+# runs first on every packet and pays for the first touches (~10 ns per
+# event here), so use an even number of rounds.  Root only.  See
 # docs/bench.md.
 #
 #   ab.sh [--mode stream|aggregation] [--rounds 4] [--seconds 3] [--rate 200M]
@@ -20,7 +22,7 @@ ROUNDS=4
 DUR=3
 RATE=200M
 PROBES=net.sock,net.l4,net.ip,net.dev
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --mode) MODE=$2; shift 2 ;;
