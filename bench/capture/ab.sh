@@ -22,7 +22,7 @@ ROUNDS=4
 DUR=3
 RATE=200M
 PROBES=net.sock,net.l4,net.ip,net.dev
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --mode) MODE=$2; shift 2 ;;
