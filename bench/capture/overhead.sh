@@ -81,22 +81,10 @@ RESULTS=$WORK/results.tsv
 PIDS=()
 OLD_STATS=""
 
-cleanup() {
-  set +e
-  for p in "${PIDS[@]}"; do
-    kill -INT "$p" 2>/dev/null
-  done
-  for p in "${PIDS[@]}"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
-  ip netns del "$NS_S" 2>/dev/null
-  ip netns del "$NS_R" 2>/dev/null
-  [[ -n "$OLD_STATS" ]] && sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS"
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+SELF=overhead.sh
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
 forget_pid() {  # drop a PID from the cleanup list once reaped
@@ -118,28 +106,8 @@ cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 vol_csw() { awk '/^voluntary_ctxt_switches/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 CLK_TCK=$(getconf CLK_TCK)
 
-wait_for() {  # wait_for FILE PATTERN SECONDS
-  local i
-  for ((i = 0; i < $3 * 20; i++)); do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "overhead.sh: timed out waiting for '$2' in $1:" >&2
-  cat "$1" >&2 || true
-  return 1
-}
-
 # ---------------------------------------------------------------- network
-ip netns add "$NS_S"
-ip netns add "$NS_R"
-ip link add "$V_S" type veth peer name "$V_R"
-ip link set "$V_S" netns "$NS_S"
-ip link set "$V_R" netns "$NS_R"
-ip -n "$NS_S" addr add $A_S/24 dev "$V_S"
-ip -n "$NS_R" addr add $A_R/24 dev "$V_R"
-for ns in "$NS_S" "$NS_R"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_S" link set "$V_S" up
-ip -n "$NS_R" link set "$V_R" up
+veth_up "$V_S" $A_S "$V_R" $A_R
 # ip netns exec execs in place: $! is iperf3's own PID.
 ip netns exec "$NS_R" iperf3 -s -B $A_R -p 5201 >"$WORK/iperf3-server.log" 2>&1 &
 PIDS+=($!)
@@ -309,11 +277,6 @@ EOF
 }
 
 # ---------------------------------------------------------------- per-probe cost
-# IDs of the BPF programs a process holds open (from /proc/PID/fdinfo).
-prog_ids() {
-  local f
-  for f in /proc/"$1"/fdinfo/*; do awk '/^prog_id:/{print $2}' "$f" 2>/dev/null; done | sort -un
-}
 snapshot() { bpftool prog show --json >"$1"; }
 
 run_cost() {

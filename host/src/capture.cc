@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -561,6 +562,14 @@ const probe_plan* capture::plan_for(uint16_t type) const {
   return nullptr;
 }
 
+// Netfilter BPF links on one hook need distinct priorities; a second magnet
+// on the same hooks (bench/capture/ab.sh compares two builds that way) sets
+// MAGNET_NF_PRIORITY.
+static int netfilter_priority() {
+  const char* e = getenv("MAGNET_NF_PRIORITY");
+  return e && *e ? std::atoi(e) : -128;
+}
+
 status capture::attach_netfilter_all(const probe_plan& p) {
   const auto& m = p.spec->methods[p.chosen];
   auto* prog = bpf_object__find_program_by_name(skel_->obj, m.progs[0]);
@@ -584,7 +593,7 @@ status capture::attach_netfilter_all(const probe_plan& p) {
       }
     }
     for (int pf : {kNfprotoIpv4, kNfprotoIpv6}) {
-      int fd = netfilter_link_create(pfd, pf, m.hook, -128);
+      int fd = netfilter_link_create(pfd, pf, m.hook, netfilter_priority());
       if (fd < 0) {
         st = error{"attaching " + std::string(m.progs[0]) + " to netfilter " + m.target +
                        " in netns " + path + ": " + std::strerror(-fd),

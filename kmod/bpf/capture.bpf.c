@@ -528,15 +528,10 @@ static __always_inline int mg_skb_copy(struct __sk_buff *skb, __u8 *dst, __u32 l
 {
 	const __u8 *data = (const void *)(long)skb->data;
 	const __u8 *end = (const void *)(long)skb->data_end;
-	__u32 i;
 
 	if (data + len > end)
 		return bpf_skb_load_bytes(skb, 0, dst, len);
-#pragma unroll
-	for (i = 0; i + 8 <= len; i += 8)
-		*(__u64 *)(dst + i) = *(const __u64 *)(data + i);
-	if (len & 4)
-		*(__u32 *)(dst + i) = *(const __u32 *)(data + i);
+	mg_copy_words(dst, data, len);
 	return 0;
 }
 

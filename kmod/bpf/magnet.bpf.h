@@ -138,6 +138,20 @@ static __always_inline __u64 mg_ptr_bits(const void *p)
 	return v;
 }
 
+/* @len bytes (a constant multiple of 4) from readable memory @src into @dst
+ * (8-byte aligned), with 8-byte loads and a 4-byte tail at constant
+ * offsets. */
+static __always_inline void mg_copy_words(__u8 *dst, const __u8 *src, __u32 len)
+{
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i + 8 <= len; i += 8)
+		*(__u64 *)(dst + i) = *(const __u64 *)(src + i);
+	if (len & 4)
+		*(__u32 *)(dst + i) = *(const __u32 *)(src + i);
+}
+
 /* @len bytes (a constant multiple of 4) at kernel address @src into @dst
  * (8-byte aligned).  With has_rdonly_mem these are inline loads instead of a
  * bpf_probe_read_kernel call; a load that faults reads as zero rather than
@@ -145,17 +159,9 @@ static __always_inline __u64 mg_ptr_bits(const void *p)
  * parse. */
 static __always_inline int mg_read_kernel(__u8 *dst, const void *src, __u32 len)
 {
-	const __u8 *s;
-	__u32 i;
-
 	if (!has_rdonly_mem)
 		return bpf_probe_read_kernel(dst, len, src);
-	s = bpf_rdonly_cast(src, 0);
-#pragma unroll
-	for (i = 0; i + 8 <= len; i += 8)
-		*(__u64 *)(dst + i) = *(const __u64 *)(s + i);
-	if (len & 4)
-		*(__u32 *)(dst + i) = *(const __u32 *)(s + i);
+	mg_copy_words(dst, bpf_rdonly_cast(src, 0), len);
 	return 0;
 }
 
