@@ -1298,6 +1298,10 @@ static __always_inline int mg_drop_event(struct sk_buff *skb, void *location,
 	dev = MG_RD(direct, skb, dev);
 	ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
 	mg_ev_task(&ev, MAGNET_P_NET_DROP, MG_RD(direct, skb, len));
+	/* Mostly softirq context: the current task is whoever was interrupted
+	 * (possibly the recorder itself, whose events are skipped), so drops
+	 * belong to no task, like device records. */
+	ev.tgid = ev.tid = 0;
 	ev.vm = mg_vm_of_ifindex(ifindex);
 	ev.aid = mg_id(skb);
 	st = mg_admit(&ev);
@@ -1430,6 +1434,7 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 	vm = tx ? q->vm : mg_vm_of_ifindex(out_if);
 	mg_ev_task(&ev, slot, MG_RD(direct, skb, len));
 	ev.now = bpf_ktime_get_ns();
+	ev.tgid = ev.tid = 0; /* softirq: no task (see mg_drop_event) */
 	if (!vm || q->head != mg_ptr_bits(MG_RD(direct, skb, head)) ||
 	    ev.now < q->ts || ev.now - q->ts > MG_QUEUE_MAX_NS) {
 		bpf_map_delete_elem(map, &key);

@@ -375,7 +375,9 @@ struct magnet_kvm_halt_poll {
 };
 
 /* net.drop: a packet freed as dropped (kfree_skb with a drop reason);
- * hdr.vm_id from the device's ifindex (a VM's tap), hdr.size = skb->len. */
+ * hdr.vm_id from the device's ifindex (a VM's tap), hdr.size = skb->len,
+ * hdr.tgid/tid 0 (drops happen mostly in softirq context, where the current
+ * task is whoever was interrupted). */
 struct magnet_net_drop {
 	__u64 location; /* kernel text address that dropped it */
 	__u32 reason;   /* enum skb_drop_reason of the running kernel */
@@ -389,7 +391,8 @@ struct magnet_net_drop {
  * device it entered the host through (netif_receive_skb) to the device
  * that transmits it (net_dev_start_xmit).  tx: guest tap -> other device
  * (the wire); rx: other device -> guest tap.  hdr.size = skb->len,
- * hdr.abstract_id = the flow id (proto/magnet/flow.h) when IPv4/IPv6. */
+ * hdr.abstract_id = the flow id (proto/magnet/flow.h) when IPv4/IPv6,
+ * hdr.tgid/tid 0 (softirq context). */
 struct magnet_vmnet_queue {
 	__u64 delay_ns;
 	__u32 in_ifindex;
