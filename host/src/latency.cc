@@ -12,11 +12,9 @@
 namespace magnet::host {
 
 void lat_stat::add(const magnet_lat_stat& s) {
-  count += s.count;
-  total_ns += s.total_ns;
-  max_ns = std::max<uint64_t>(max_ns, s.max_ns);
-  aux += s.aux;
-  for (size_t i = 0; i < hist.size(); ++i) hist[i] += s.hist[i];
+  lat_stat o{s.count, s.total_ns, s.max_ns, s.aux, {}};
+  std::copy(std::begin(s.hist), std::end(s.hist), o.hist.begin());
+  merge(o);
 }
 
 void lat_stat::merge(const lat_stat& o) {

@@ -1072,11 +1072,13 @@ int kvm_exit_tp(struct trace_event_raw_kvm_exit *ctx)
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 
-	if (!probe_ctl[MAGNET_P_KVM_EXIT].mode && !mg_vcpu_state_wanted())
+	bool keep_state = mg_vcpu_state_wanted();
+
+	if (!probe_ctl[MAGNET_P_KVM_EXIT].mode && !keep_state)
 		return 0;
 	mg_ev_task(&ev, MAGNET_P_KVM_EXIT, 0);
 	ev.now = bpf_ktime_get_ns(); /* also the exit -> entry clock */
-	if (mg_vcpu_state_wanted()) {
+	if (keep_state) {
 		vs = bpf_map_lookup_elem(&vcpu_state, &ev.tid);
 		if (vs) {
 			vs->exit_ts = ev.now;
