@@ -5,8 +5,11 @@
 #
 #   overhead.sh [--rounds R] [--seconds T] [--proto udp,tcp] [--json FILE]
 #               [--modes baseline,stream,stream4,aggregation,aggregation4,tcpdump]
-#               [--build DIR]
-#       goodput per mode, runs interleaved (order rotated every round)
+#               [--build DIR] [--build-b DIR] [--pin]
+#       goodput per mode, runs interleaved (order rotated every round);
+#       a mode written MODE@b runs with the build given by --build-b (an
+#       A/B of two builds in one run, e.g. --modes baseline,stream4,stream4@b);
+#       --pin pins the iperf3 client to CPU 0 and the server to CPU 1
 #   overhead.sh --cost [--rate 200M] [--rounds R] [--seconds T] [--json FILE]
 #       per-probe cost (bpf_stats) against empty programs on the same hooks,
 #       and CPU time per packet at a fixed UDP rate below saturation;
@@ -39,11 +42,13 @@ COST=0
 RATE=200M
 COST_MODE=stream
 BUILD=""
+BUILD_B=""
+PIN=0
 LEN=1400
 PROBES=net.sock,net.l4,net.ip,net.dev                       # 8 per datagram
 PROBES4=net.sock.send,net.l4.send,net.ip.send,net.dev.xmit  # 4 per datagram
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -55,6 +60,8 @@ while [[ $# -gt 0 ]]; do
     --rate) RATE=$2; shift 2 ;;
     --cost-mode) COST_MODE=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
+    --build-b) BUILD_B=$2; shift 2 ;;
+    --pin) PIN=1; shift ;;
     -h|--help) usage 0 ;;
     *) echo "overhead.sh: unknown argument $1" >&2; usage ;;
   esac
@@ -63,6 +70,10 @@ done
 HERE=$(cd "$(dirname "$0")" && pwd)
 [[ -n "$BUILD" ]] || BUILD=$(cd "$HERE/../.." && pwd)/build
 MAGNET=$BUILD/host/magnet
+MAGNET_B=${BUILD_B:+$BUILD_B/host/magnet}
+if [[ $MODES == *@b* ]]; then
+  [[ -n "$BUILD_B" && -x "$MAGNET_B" ]] || { echo "overhead.sh: a MODE@b needs --build-b DIR with host/magnet" >&2; exit 2; }
+fi
 EMPTY=$BUILD/bench/capture/empty_probes
 [[ $EUID -eq 0 ]] || { echo "overhead.sh: needs root" >&2; exit 1; }
 for t in "$MAGNET" iperf3 ip python3 bpftool; do
@@ -109,7 +120,9 @@ CLK_TCK=$(getconf CLK_TCK)
 # ---------------------------------------------------------------- network
 veth_up "$V_S" $A_S "$V_R" $A_R
 # ip netns exec execs in place: $! is iperf3's own PID.
-ip netns exec "$NS_R" iperf3 -s -B $A_R -p 5201 >"$WORK/iperf3-server.log" 2>&1 &
+PIN_S=() PIN_C=()
+[[ $PIN == 1 ]] && { PIN_S=(-A 1); PIN_C=(-A 0); }
+ip netns exec "$NS_R" iperf3 -s -B $A_R -p 5201 "${PIN_S[@]}" >"$WORK/iperf3-server.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do
   ip netns exec "$NS_S" bash -c "exec 3<>/dev/tcp/$A_R/5201" 2>/dev/null && break
@@ -121,7 +134,7 @@ sleep 0.2
 run_iperf() {  # proto out.json [rate]
   local proto=$1 out=$2 rate=${3:-0} args=()
   if [[ $proto == udp ]]; then args=(-u -l $LEN -b "$rate"); fi
-  ip netns exec "$NS_S" iperf3 -c $A_R -p 5201 -t "$DUR" --json "${args[@]}" >"$out" || {
+  ip netns exec "$NS_S" iperf3 -c $A_R -p 5201 -t "$DUR" --json "${PIN_C[@]}" "${args[@]}" >"$out" || {
     echo "overhead.sh: iperf3 failed:" >&2; cat "$out" >&2; return 1; }
   python3 - "$out" "$proto" $LEN <<'EOF'
 import json, sys
@@ -144,25 +157,26 @@ EOF
 # ---------------------------------------------------------------- overhead
 start_mode() {  # mode -> sets HPID (helper PID or empty)
   HPID=""
-  local probes=$PROBES
-  [[ $1 == *4 ]] && probes=$PROBES4
-  case $1 in
+  local mode=${1%@b} magnet=$MAGNET probes=$PROBES
+  [[ $1 == *@b ]] && magnet=$MAGNET_B
+  [[ $mode == *4 ]] && probes=$PROBES4
+  case $mode in
     baseline) ;;
     stream|stream4)
       : >"$WORK/helper.err"
-      "$MAGNET" record -o "$WORK/trace.mgt" --probes $probes 2>"$WORK/helper.err" &
+      "$magnet" record -o "$WORK/trace.mgt" --probes $probes 2>"$WORK/helper.err" &
       HPID=$!; PIDS+=("$HPID")
       wait_for "$WORK/helper.err" "recording" 15 ;;
     empty|empty4)
       : >"$WORK/helper.err"
       local so=()
-      [[ $1 == empty4 ]] && so=(--send-only)
+      [[ $mode == empty4 ]] && so=(--send-only)
       "$EMPTY" --netns "/run/netns/$NS_S" --netns "/run/netns/$NS_R" "${so[@]}" 2>"$WORK/helper.err" &
       HPID=$!; PIDS+=("$HPID")
       wait_for "$WORK/helper.err" "ready" 15 ;;
     aggregation|aggregation4)
       : >"$WORK/helper.out"
-      "$MAGNET" stat --probes $probes --interval 1s >"$WORK/helper.out" 2>&1 &
+      "$magnet" stat --probes $probes --interval 1s >"$WORK/helper.out" 2>&1 &
       HPID=$!; PIDS+=("$HPID")
       wait_for "$WORK/helper.out" "." 15 ;;   # first table: probes attached
     tcpdump)
@@ -213,6 +227,7 @@ rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 out = {"bench": "capture_overhead", "rounds": int(sys.argv[3]), "seconds": float(sys.argv[4]),
        "path": "iperf3 over veth between two netns", "protocols": {}}
 targets = {"stream": 0.95, "stream4": 0.95, "aggregation": 0.98, "aggregation4": 0.98}
+targets.update({m + "@b": t for m, t in list(targets.items())})
 label = {"stream": "stream (8 rec/dgram)", "stream4": "stream4 (4 rec/dgram)",
          "aggregation": "aggregation (8 probes)", "aggregation4": "aggregation4 (4 probes)",
          "empty": "empty progs (8 hooks)", "empty4": "empty progs (4 hooks)"}
@@ -242,7 +257,7 @@ for proto in dict.fromkeys(r["proto"] for r in rows):
         if m in targets:
             e["target_ratio"] = targets[m]
         res[m] = e
-    for m in ("stream", "stream4"):
+    for m in ("stream", "stream4", "stream@b", "stream4@b"):
         if m in res and "tcpdump" in res:
             res[m]["above_tcpdump"] = res[m]["goodput_bps"]["median"] > res["tcpdump"]["goodput_bps"]["median"]
             # same round: this run against the tcpdump run of that round
@@ -261,11 +276,12 @@ for proto in dict.fromkeys(r["proto"] for r in rows):
         cpu = f"{100*e['helper_cpu_s_median']/float(sys.argv[4]):.0f}%" if m != "baseline" else "-"
         wk = f"{e['helper_voluntary_csw_median']/float(sys.argv[4]):.0f}" if m != "baseline" else "-"
         lost = ",".join(map(str, e["lost_events"])) if m.startswith("stream") else ""
-        print(f"{label.get(m, m):<24}{g['median']/1e6:>9.0f}{mm:>15}{rat:>8}{rrs:>24}{e['udp_lost_pct_median']:>10.2f}{cpu:>11}{wk:>10}  {lost}")
-    for m in ("stream", "stream4"):
+        lbl = label.get(m.removesuffix("@b"), m) + (" @b" if m.endswith("@b") else "")
+        print(f"{lbl:<24}{g['median']/1e6:>9.0f}{mm:>15}{rat:>8}{rrs:>24}{e['udp_lost_pct_median']:>10.2f}{cpu:>11}{wk:>10}  {lost}")
+    for m in ("stream", "stream4", "stream@b", "stream4@b"):
         if m in res and res[m].get("records_per_packet"):
             print(f"{m}: {res[m]['records_per_packet']:.2f} records per datagram sent")
-    for m in ("stream", "stream4"):
+    for m in ("stream", "stream4", "stream@b", "stream4@b"):
         if m in res and "above_tcpdump" in res[m]:
             print(f"{m}: {'above' if res[m]['above_tcpdump'] else 'below'} tcpdump (medians); "
                   f"above it in {res[m]['rounds_above_tcpdump']} of {len(res[m]['samples_bps'])} rounds")

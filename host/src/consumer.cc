@@ -1,8 +1,12 @@
 #include "consumer.h"
 
-#include <bpf/libbpf.h>
+#include <bpf/bpf.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "magnet/events.h"
@@ -68,35 +72,72 @@ std::vector<uint8_t> merge_lost(std::span<const uint8_t> batch, std::span<const 
   return out;
 }
 
+result<std::unique_ptr<ring_reader>> ring_reader::open(int fd) {
+  bpf_map_info info{};
+  uint32_t ilen = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd, &info, &ilen) < 0)
+    return error::from_errno("reading the ring buffer map's info");
+  if (info.type != BPF_MAP_TYPE_RINGBUF)
+    return error{"map " + std::to_string(info.id) + " is not a ring buffer", EINVAL};
+  std::unique_ptr<ring_reader> r(new ring_reader());
+  r->page_ = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t size = info.max_entries;  // a power of two, a multiple of the page
+  r->mask_ = size - 1;
+  void* c = ::mmap(nullptr, r->page_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (c == MAP_FAILED) return error::from_errno("mapping the ring buffer's consumer page");
+  r->consumer_pos_ = static_cast<uint64_t*>(c);
+  // The data area is mapped twice in a row, so a record that wraps is
+  // still contiguous.
+  r->prod_map_len_ = r->page_ + 2 * size;
+  void* p = ::mmap(nullptr, r->prod_map_len_, PROT_READ, MAP_SHARED, fd,
+                   static_cast<off_t>(r->page_));
+  if (p == MAP_FAILED) return error::from_errno("mapping the ring buffer's data");
+  r->prod_map_ = p;
+  r->producer_pos_ = static_cast<const uint64_t*>(p);
+  r->data_ = static_cast<const uint8_t*>(p) + r->page_;
+  r->epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (r->epfd_ < 0) return error::from_errno("epoll_create1");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (::epoll_ctl(r->epfd_, EPOLL_CTL_ADD, fd, &ev) < 0)
+    return error::from_errno("watching the ring buffer for wakeups");
+  return r;
+}
+
+ring_reader::~ring_reader() {
+  if (epfd_ >= 0) ::close(epfd_);
+  if (consumer_pos_) ::munmap(consumer_pos_, page_);
+  if (prod_map_) ::munmap(prod_map_, prod_map_len_);
+}
+
+result<bool> ring_reader::wait(int timeout_ms) {
+  epoll_event ev;
+  int n = ::epoll_wait(epfd_, &ev, 1, timeout_ms);
+  if (n < 0) {
+    if (errno == EINTR) return false;
+    return error::from_errno("waiting on the ring buffer");
+  }
+  return n > 0;
+}
+
 result<std::unique_ptr<ring_consumer>> ring_consumer::create(int fd, drop_source& drops,
                                                               sink_fn sink) {
   std::unique_ptr<ring_consumer> c(new ring_consumer(drops, std::move(sink)));
-  c->rb_ = ring_buffer__new(fd, &ring_consumer::on_record, c.get(), nullptr);
-  if (!c->rb_) return error::from_errno("creating the ring buffer consumer");
+  auto r = ring_reader::open(fd);
+  if (!r) return r.err();
+  c->ring_ = std::move(*r);
   c->batch_.reserve(4 << 20);
   return c;
 }
 
-int ring_consumer::epoll_fd() const { return ring_buffer__epoll_fd(rb_); }
+int ring_consumer::epoll_fd() const { return ring_->epoll_fd(); }
 
-ring_consumer::~ring_consumer() {
-  if (rb_) ring_buffer__free(rb_);
-}
+ring_consumer::~ring_consumer() = default;
 
 namespace {
-// on_record's "batch full" signal: libbpf stops consuming on a negative
-// return (the record itself is already taken) and passes the value back.
-constexpr int kBatchFull = ENOBUFS;
+// A batch is handed to the sink once it holds this much.
 constexpr size_t kBatchBytes = 8u << 20;
 }  // namespace
-
-int ring_consumer::on_record(void* ctx, void* data, size_t size) {
-  auto* self = static_cast<ring_consumer*>(ctx);
-  auto* p = static_cast<const uint8_t*>(data);
-  self->offs_.push_back(static_cast<uint32_t>(self->batch_.size()));
-  self->batch_.insert(self->batch_.end(), p, p + size);
-  return self->batch_.size() >= kBatchBytes ? -kBatchFull : 0;
-}
 
 uint64_t ring_consumer::deliver() {
   // Losses are read after the batch, so each lands among the records by time.
@@ -119,20 +160,24 @@ uint64_t ring_consumer::deliver() {
 }
 
 result<uint64_t> ring_consumer::poll(int timeout_ms) {
-  // libbpf 1.1's ring_buffer__poll consumes only rings epoll reported
-  // ready; producers below the watermark do not wake us, so a poll that
-  // times out must still consume what is waiting.
-  int n = 0;
-  if (timeout_ms > 0) n = ring_buffer__poll(rb_, timeout_ms);
-  if (n >= 0 || n == -EINTR) n = ring_buffer__consume(rb_);
-  uint64_t delivered = 0;
-  for (;;) {
-    if (n < 0 && n != -EINTR && n != -kBatchFull)
-      return error{std::string("ring buffer poll: ") + std::strerror(-n), -n};
-    delivered += deliver();
-    if (n != -kBatchFull) break;
-    n = ring_buffer__consume(rb_);
+  // Producers below the watermark do not wake us: a wait that times out
+  // must still consume what is waiting.
+  if (timeout_ms > 0) {
+    auto w = ring_->wait(timeout_ms);
+    if (!w) return w.err();
   }
+  uint64_t delivered = 0;
+  bool full;
+  do {
+    full = false;
+    ring_->consume([&](const uint8_t* p, uint32_t size) {
+      offs_.push_back(static_cast<uint32_t>(batch_.size()));
+      batch_.insert(batch_.end(), p, p + size);
+      full = batch_.size() >= kBatchBytes;
+      return !full;
+    });
+    delivered += deliver();
+  } while (full);
   return delivered;
 }
 

@@ -42,6 +42,7 @@ class trace_writer {
   const std::string& path() const { return path_; }
 
  private:
+  status write_all(std::span<const uint8_t> data);
   trace_writer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   int fd_ = -1;
   std::string path_;

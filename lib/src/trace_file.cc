@@ -120,24 +120,34 @@ trace_writer::trace_writer(trace_writer&& o) noexcept
 trace_writer::~trace_writer() { (void)close(); }
 
 status trace_writer::append(std::span<const uint8_t> records) {
+  // A batch as large as the buffer goes to the file as it is: one copy less.
+  if (records.size() >= kFlushAt) {
+    if (auto s = flush(); !s) return s;
+    return write_all(records);
+  }
   buf_.insert(buf_.end(), records.begin(), records.end());
   if (buf_.size() >= kFlushAt) return flush();
   return {};
 }
 
-status trace_writer::flush() {
+status trace_writer::write_all(std::span<const uint8_t> data) {
   size_t off = 0;
-  while (off < buf_.size()) {
-    ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
+  while (off < data.size()) {
+    ssize_t n = ::write(fd_, data.data() + off, data.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
       return error::from_errno("writing " + path_);
     }
     off += static_cast<size_t>(n);
   }
-  bytes_ += buf_.size();
-  buf_.clear();
+  bytes_ += data.size();
   return {};
+}
+
+status trace_writer::flush() {
+  auto s = write_all(buf_);
+  if (s) buf_.clear();
+  return s;
 }
 
 status trace_writer::close() {
