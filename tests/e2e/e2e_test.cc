@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -588,11 +589,31 @@ TEST_F(NestedLab, CaptureAttachesThroughFentryAndKprobeOnTheLabHostKernel) {
     ASSERT_TRUE(std::regex_search(listed.out, m, l4)) << listed.out;
     EXPECT_EQ(m[1].str(), deny.empty() ? "fentry" : "kprobe") << listed.out;
     ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p " + std::to_string(port) + " >/dev/null 2>&1", 20).status, 0);
-    ASSERT_EQ(lab()->Run("g1", "(sleep 2; iperf3 -c 10.77.0.1 -p " + std::to_string(port) +
-                                   " -u -b 2M -l 1000 -t 2 >/dev/null 2>&1) &", 10).status, 0);
-    auto rec = lab()->Run("labhost", "MAGNET_DENY_METHODS=" + deny + " " + magnet +
-                                         " record -q -o /tmp/fb.trace --probes net --duration 7", 90);
-    ASSERT_EQ(rec.status, 0) << rec.Describe();
+    // The traffic starts once the recorder runs: loading the probes on
+    // the TCG-emulated lab host takes seconds, more with fentry.
+    ASSERT_EQ(lab()->Run("labhost", "rm -f /tmp/fb.trace; (MAGNET_DENY_METHODS=" + deny + " " +
+                                        magnet + " record -o /tmp/fb.trace --probes net "
+                                        "--duration 120 >/tmp/fb.log 2>&1 & echo $! >/tmp/fb.pid)",
+                         20).status, 0);
+    bool recording = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 240 && !recording; ++i) {
+      recording = lab()->Run("labhost", "grep -c recording /tmp/fb.log", 10).out.find('1') == 0;
+      if (!recording) usleep(250000);
+    }
+    ASSERT_TRUE(recording) << lab()->Run("labhost", "cat /tmp/fb.log", 10).out;
+    std::printf("[e2e] deny=%s: recorder running after %.1f s\n", deny.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    auto client = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p " + std::to_string(port) +
+                                       " -u -b 2M -l 1000 -t 2 >/dev/null 2>&1; echo rc=$?", 60);
+    ASSERT_NE(client.out.find("rc=0"), std::string::npos) << client.Describe();
+    ASSERT_EQ(lab()->Run("labhost", "kill -INT $(cat /tmp/fb.pid)", 10).status, 0);
+    bool done = false;
+    for (int i = 0; i < 120 && !done; ++i) {
+      done = lab()->Run("labhost", "grep -c 'written to' /tmp/fb.log", 10).out.find('1') == 0;
+      if (!done) sleep(1);
+    }
+    ASSERT_TRUE(done) << lab()->Run("labhost", "cat /tmp/fb.log", 10).out;
     auto n = CountLayerEvents(*lab(), magnet, "/tmp/fb.trace", port);
     // Guest -> lab host: received at every layer of the lab host's stack.
     for (const char* e : {"net.dev.recv", "net.ip.recv", "net.l4.recv", "net.sock.recv"})
@@ -643,7 +664,7 @@ TEST_F(NestedLab, PerVmViewsMatchIperf3AndKeepEachVmToItself) {
       iperf_bps = IperfReceivedBitsPerSecond(ij);
     }
     ASSERT_GT(iperf_bps, 1e5) << ij.substr(0, 1500);
-    auto v = lab()->Run("labhost", magnet + " views --vm " + g + " --socket /tmp/h.sock", 30).out;
+    auto v = lab()->Run("labhost", magnet + " views --json --vm " + g + " --socket /tmp/h.sock", 30).out;
     double flow = FlowBytesPerSecond(v, "guest-tx", std::stoi(vmid[g]));
     ASSERT_GT(flow, 0) << v.substr(0, 1500);
     double view_bps = flow * 8 * 1400.0 / 1428.0;
