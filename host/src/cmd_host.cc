@@ -2,6 +2,7 @@
 #include <poll.h>
 
 #include <cstdio>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -42,10 +43,68 @@ static const char* kTopHelp =
     "packets dropped on its taps per second.\n";
 
 static const char* kViewsHelp =
-    "Usage: magnet views [--vm NAME|UUID|ID] [--socket PATH] [--json]\n"
+    "Usage: magnet views [--vm NAME|UUID|ID] [--view NAME] [--socket PATH] [--rows N] [--json]\n"
     "\n"
     "The host daemon's views.  With --vm, only that VM's per-VM view instances:\n"
-    "exactly what is meant for that VM and nothing of any other.\n";
+    "exactly what is meant for that VM and nothing of any other.\n"
+    "Prints each view instance's windows, value statistics and busiest groups\n"
+    "(--rows N, default 5); --json prints the daemon's snapshots as they are.\n"
+    "\n"
+    "      --view NAME  only the instances of that view (none: an error)\n"
+    "  -n, --rows N     group rows shown per view instance (text output)\n";
+
+namespace {
+
+double num(const nlohmann::json& j, const char* k) {
+  auto it = j.find(k);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+std::string window_name(const nlohmann::json& w) {
+  char b[64];
+  if (w.value("kind", "") == "count")
+    std::snprintf(b, sizeof b, "last %.0f events", num(w, "length_events"));
+  else
+    std::snprintf(b, sizeof b, "last %.0f ms", num(w, "length_ns") / 1e6);
+  return b;
+}
+
+// Text rendering of the daemon's view snapshots (docs/engine.md, "Snapshot
+// JSON"): per instance, its windows, the value statistics and the busiest
+// groups.  The snapshots' bandwidth_bps is in bytes per second.
+void print_views(const nlohmann::json& snaps, size_t rows) {
+  for (const auto& v : snaps) {
+    std::printf("%s  vm %d  matched %.0f%s\n", v.value("view", "?").c_str(), v.value("vm", 0),
+                num(v, "matched"),
+                num(v, "sample_every") > 1 ? "  (sampled)" : "");
+    if (auto w = v.find("windows"); w != v.end() && !w->empty()) {
+      std::printf("  %-18s %10s %14s %12s %12s\n", "WINDOW", "EVENTS", "BYTES", "EVENTS/S",
+                  "MBIT/S");
+      for (const auto& x : *w)
+        std::printf("  %-18s %10.0f %14.0f %12.1f %12.3f\n", window_name(x).c_str(),
+                    num(x, "events"), num(x, "bytes"), num(x, "rate_eps"),
+                    num(x, "bandwidth_bps") * 8 / 1e6);
+    }
+    if (auto val = v.find("value"); val != v.end() && val->is_object() && num(*val, "count") > 0)
+      std::printf("  %s: n %.0f  mean %.4g  p50 %.4g  p90 %.4g  p99 %.4g  max %.4g\n",
+                  val->value("of", "value").c_str(), num(*val, "count"), num(*val, "mean"),
+                  num(*val, "p50"), num(*val, "p90"), num(*val, "p99"), num(*val, "max"));
+    if (auto gs = v.find("groups"); gs != v.end())
+      for (const auto& g : *gs) {
+        const auto& r = g.value("rows", nlohmann::json::array());
+        if (r.empty()) continue;
+        std::printf("  %-46s %10s %14s %12s\n", ("BY " + g.value("by", "?")).c_str(), "EVENTS",
+                    "BYTES", "MBIT/S");
+        for (size_t i = 0; i < r.size() && i < rows; ++i)
+          std::printf("  %-46s %10.0f %14.0f %12.3f\n", r[i].value("label", "").c_str(),
+                      num(r[i], "events"), num(r[i], "bytes"), num(r[i], "bandwidth_bps") * 8 / 1e6);
+        if (r.size() > rows) std::printf("  (%zu more)\n", r.size() - rows);
+      }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
 
 int cmd_host(cli::args& a) {
   if (a.flag("--help", "-h")) {
@@ -95,14 +154,44 @@ int cmd_views(cli::args& a) {
   }
   auto vm = a.value("--vm");
   auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
-  a.flag("--json");  // JSON is the only output of views
+  auto nrows = a.value("--rows", "-n");
+  auto view = a.value("--view");
+  bool json = a.flag("--json");
   a.finish(0, 0);
+  uint64_t rows = nrows ? cli::need(cli::parse_count(*nrows), "--rows") : 5;
   auto r = query_daemon(sock, vm ? "views " + *vm : "views");
   if (!r.ok) {
     std::fprintf(stderr, "magnet views: %s\n", r.body.c_str());
     return 1;
   }
-  std::printf("%s\n", r.body.c_str());
+  if (json && !view) {
+    std::printf("%s\n", r.body.c_str());
+    return 0;
+  }
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) {
+    std::fprintf(stderr, "magnet views: malformed reply from the daemon\n");
+    return 1;
+  }
+  if (view) {
+    auto all = std::move(j);
+    j = nlohmann::json::array();
+    for (auto& v : all)
+      if (v.value("view", "") == *view) j.push_back(std::move(v));
+    if (j.empty()) {
+      std::set<std::string> names;
+      for (const auto& v : all) names.insert(v.value("view", ""));
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "magnet views: no instance of a view named '%s' in the reply%s%s\n",
+                   view->c_str(), list.empty() ? "" : " (views: ", list.empty() ? "" : (list + ")").c_str());
+      return 1;
+    }
+  }
+  if (json)
+    std::printf("%s\n", j.dump().c_str());
+  else
+    print_views(j, rows);
   return 0;
 }
 

@@ -139,7 +139,7 @@ TEST_F(VmAwarenessDirect, DaemonPerVmViewMatchesIperf3AndHoldsOnlyThatVm) {
   const double iperf_bps = IperfReceivedBitsPerSecond(read_file("/tmp/magnet-e2e-iperf.json"));
   ASSERT_GT(iperf_bps, 1e6) << read_file("/tmp/magnet-e2e-iperf.json").substr(0, 2000);
 
-  auto views = RunProcess({magnet(), "views", "--vm", "g1", "--socket", sock}, 10);
+  auto views = RunProcess({magnet(), "views", "--vm", "g1", "--socket", sock, "--json"}, 10);
   ASSERT_EQ(views.status, 0) << views.Describe();
   std::smatch vmid;
   ASSERT_TRUE(std::regex_search(vms, vmid, std::regex(R"re(\{"vm":(\d+),"name":"g1")re")));
@@ -221,18 +221,18 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
     }
   }
   sleep(2);
-  auto views = RunProcess({magnet(), "views", "--vm", "g1", "--socket", d.sock}, 10);
+  auto views = RunProcess({magnet(), "views", "--vm", "g1", "--socket", d.sock, "--json"}, 10);
   ASSERT_EQ(views.status, 0) << views.Describe();
   auto queued = ConnectionEvents(views.out, "host-queue", vm);
   int checked = 0;
   for (std::string v : {"guest-tx", "guest-rx"}) {
     SCOPED_TRACE(v);
     // The flows of this test: those with >= 1000 packets at the tap.
-    for (const auto& [label, n] : ConnectionEvents(views.out, v, vm)) {
+    for (const auto& [id, n] : ConnectionEvents(views.out, v, vm)) {
       if (n < 1000) continue;
       ++checked;
-      EXPECT_EQ(queued[label], n) << "flow " << label
-                                   << ": every packet between the tap and the wire is queued once";
+      EXPECT_EQ(queued[id], n) << "flow " << id
+                               << ": every packet between the tap and the wire is queued once";
     }
   }
   EXPECT_EQ(checked, 2) << "one flow each way of at least 1000 packets. " << views.out.substr(0, 3000);
@@ -266,7 +266,7 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   long after = std::stol(Trim(RunProcess({"sh", "-c", dropped}, 10).out));
   lab()->Run("g1", "ip link set eth0 up", 10);
   ASSERT_GT(after - before, 500) << "the tap dropped too little to test: " << before << " -> " << after;
-  auto v2 = RunProcess({magnet(), "views", "--vm", "g1", "--socket", d.sock}, 10);
+  auto v2 = RunProcess({magnet(), "views", "--vm", "g1", "--socket", d.sock, "--json"}, 10);
   ASSERT_EQ(v2.status, 0) << v2.Describe();
   uint64_t matched = 0;
   for (const auto& v : nlohmann::json::parse(v2.out)) {
@@ -308,7 +308,7 @@ TEST_F(VmAwarenessDirect, BlockIoOfTheGuestIsAttributedToIt) {
                             "echo rc=0", 120);
   ASSERT_NE(w.out.find("rc=0"), std::string::npos) << w.Describe();
   sleep(2);
-  auto v = RunProcess({magnet(), "views", "--vm", "g1", "--socket", d.sock}, 10);
+  auto v = RunProcess({magnet(), "views", "--vm", "g1", "--socket", d.sock, "--json"}, 10);
   ASSERT_EQ(v.status, 0) << v.Describe();
   // Per process (group_by process: cumulative rows): g1's QEMU completed
   // the 16 MiB the guest wrote, in requests of its own.
