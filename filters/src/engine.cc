@@ -1,7 +1,10 @@
 #include "magnet/filters/engine.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <numeric>
 #include <tuple>
 #include <unordered_map>
@@ -72,6 +75,10 @@ class group_tab {
         rows_.reserve(std::min<size_t>(std::max<size_t>(rows_.size() * 2, 16), max_));
       i = static_cast<uint32_t>(rows_.size());
       rows_.push_back({k1, k2, 0, 0, 0, h.ts_ns, h.ts_ns, h.size > 0 ? uint64_t(h.size) : 0});
+      if (by_ == group_key::connection) {
+        if (ends_.capacity() < rows_.capacity()) ends_.reserve(rows_.capacity());
+        ends_.push_back(ends_of(rec));
+      }
       index_.insert(k1, k2, i);
     }
     row& r = rows_[i];
@@ -123,10 +130,13 @@ class group_tab {
   }
 
   size_t memory_bytes() const {
-    return sizeof *this + rows_.capacity() * sizeof(row) + index_.memory_bytes();
+    return sizeof *this + rows_.capacity() * sizeof(row) + ends_.capacity() * sizeof(endpoints) +
+           index_.memory_bytes();
   }
-  static size_t max_memory_bytes(uint32_t max_groups) {
-    return sizeof(group_tab) + max_groups * sizeof(row) + index_map::max_memory_bytes(max_groups);
+  static size_t max_memory_bytes(group_key by, uint32_t max_groups) {
+    return sizeof(group_tab) + max_groups * sizeof(row) +
+           (by == group_key::connection ? max_groups * sizeof(endpoints) : 0) +
+           index_map::max_memory_bytes(max_groups);
   }
 
  private:
@@ -137,15 +147,65 @@ class group_tab {
     uint64_t first_ts, last_ts;
     uint64_t first_bytes;  // bytes of the first event: excluded from bandwidth
   };
+  // A connection row's two ends, from its first record (the flow id is a
+  // hash of them); version 0 when that record has no addresses.
+  struct endpoints {
+    uint8_t version, proto;
+    uint16_t sport, dport;
+    uint8_t saddr[16], daddr[16];
+  };
 
-  // "0x1f3a...", "vm 3", "cpu 1", "net.sock.recv", "tgid 100",
+  static endpoints ends_of(const uint8_t* rec) {
+    endpoints e{};
+    payload_view pv(rec);
+    if (!pv.has_addrs()) return e;
+    e.version = static_cast<uint8_t>(pv.ip_version());
+    e.proto = static_cast<uint8_t>(pv.proto());
+    e.sport = pv.sport();
+    e.dport = pv.dport();
+    std::memcpy(e.saddr, pv.saddr(), 16);
+    std::memcpy(e.daddr, pv.daddr(), 16);
+    return e;
+  }
+
+  // "10.0.0.1:5000 > 10.0.0.2:6000 udp", "[fd00::1]:5000 > [fd00::2]:6000 tcp"
+  static char* put_end(char* p, int version, const uint8_t* addr, uint16_t port) {
+    char a[INET6_ADDRSTRLEN] = "";
+    ::inet_ntop(version == 6 ? AF_INET6 : AF_INET, addr, a, sizeof a);
+    size_t n = std::strlen(a);
+    if (version == 6) *p++ = '[';
+    std::memcpy(p, a, n);
+    p += n;
+    if (version == 6) *p++ = ']';
+    *p++ = ':';
+    return text::put_u(p, port);
+  }
+
+  // "10.0.0.1:5000 > 10.0.0.2:6000 udp" (else "0x1f3a..."), "vm 3", "cpu 1",
+  // "net.sock.recv", "tgid 100",
   // "vm 3 vcpu 1" (kvm records), "tid 100/101" (other records by vcpu).
   void set_label(std::string& out, const row& r) const {
     using text::put_hex64, text::put_lit, text::put_u;
-    char b[64];
+    char b[128];
     char* p = b;
     switch (by_) {
-      case group_key::connection: p = put_hex64(p, r.k1); break;
+      case group_key::connection: {
+        const endpoints& e = ends_[static_cast<size_t>(&r - rows_.data())];
+        if (!e.version) {
+          p = put_hex64(p, r.k1);
+          break;
+        }
+        p = put_lit(put_end(p, e.version, e.saddr, e.sport), " > ");
+        p = put_end(p, e.version, e.daddr, e.dport);
+        switch (e.proto) {
+          case IPPROTO_TCP: p = put_lit(p, " tcp"); break;
+          case IPPROTO_UDP: p = put_lit(p, " udp"); break;
+          case IPPROTO_ICMP: p = put_lit(p, " icmp"); break;
+          case IPPROTO_ICMPV6: p = put_lit(p, " icmpv6"); break;
+          default: p = put_u(put_lit(p, " proto "), e.proto);
+        }
+        break;
+      }
       case group_key::vm: p = put_u(put_lit(p, "vm "), r.k1); break;
       case group_key::cpu: p = put_u(put_lit(p, "cpu "), r.k1); break;
       case group_key::event: out = event_name(static_cast<uint16_t>(r.k1)); return;
@@ -161,6 +221,7 @@ class group_tab {
   group_key by_;
   uint32_t max_;
   std::vector<row> rows_;
+  std::vector<endpoints> ends_;  // connection tables: one per row
   index_map index_;
   uint64_t other_events_ = 0, other_bytes_ = 0;
 };
@@ -487,7 +548,7 @@ size_t max_memory_bytes(const view_spec& s) {
     m += w.k == window_stats::kind::count ? count_window::max_memory_bytes(w.events) - sizeof(count_window)
                                           : time_window::max_memory_bytes(std::bit_ceil(std::max<uint32_t>(w.max_events, 2))) - sizeof(time_window);
   m += quantile_sketch::max_memory_bytes(s.accuracy) - sizeof(quantile_sketch);
-  for (size_t i = 0; i < s.group_by.size(); ++i) m += group_tab::max_memory_bytes(s.max_groups);
+  for (size_t i = 0; i < s.group_by.size(); ++i) m += group_tab::max_memory_bytes(s.group_by[i], s.max_groups);
   for (const auto& c : s.correlate) m += correlator::max_memory_bytes(c, s.accuracy);
   return m;
 }

@@ -91,6 +91,16 @@ class payload_view {
       default: return pl() + offsetof(magnet_tcp_state, daddr);
     }
   }
+  // 4 or 6 (0 when the payload has no addresses).
+  int ip_version() const {
+    switch (kind_) {
+      case MAGNET_PL_SOCK: return get<uint16_t>(offsetof(magnet_sock, family)) == AF_INET6 ? 6 : 4;
+      case MAGNET_PL_PKT: return get<uint16_t>(offsetof(magnet_pkt, l3proto)) == 0x86dd ? 6 : 4;
+      case MAGNET_PL_TCP_STATE:
+        return get<uint16_t>(offsetof(magnet_tcp_state, family)) == AF_INET6 ? 6 : 4;
+      default: return 0;
+    }
+  }
   uint32_t ifindex() const { return get<uint32_t>(offsetof(magnet_pkt, ifindex)); }
   uint16_t ip_id() const { return get<uint16_t>(offsetof(magnet_pkt, ip_id)); }
   uint32_t tcp_seq() const { return get<uint32_t>(offsetof(magnet_pkt, tcp_seq)); }

@@ -369,6 +369,8 @@ double FlowBytesPerSecond(const std::string& reply, const std::string& view, int
 
 std::map<std::string, long> ConnectionEvents(const std::string& reply, const std::string& view,
                                              int vm) {
+  // Keyed by the flow id: a view of records that carry addresses labels a
+  // flow by its ends, one of records that do not (vmnet.queue) by the id.
   std::map<std::string, long> out;
   auto a = nlohmann::json::parse(reply);
   for (const auto& v : a) {
@@ -376,7 +378,8 @@ std::map<std::string, long> ConnectionEvents(const std::string& reply, const std
     if (v.at("view") != view) continue;
     for (const auto& g : v.at("groups"))
       if (g.at("by") == "connection")
-        for (const auto& r : g.at("rows")) out[r.at("label")] += r.at("events").get<long>();
+        for (const auto& r : g.at("rows"))
+          out[std::to_string(r.at("key").get<uint64_t>())] += r.at("events").get<long>();
   }
   return out;
 }

@@ -85,7 +85,7 @@ std::string Trim(const std::string& s);
 // bandwidth (bytes/s at the tap) over the flow's lifetime; -1 if absent.
 // Also checks (EXPECT) that every instance in the reply is VM @vm's.
 double FlowBytesPerSecond(const std::string& reply, const std::string& view, int vm);
-// Events per connection row (by label) of a view in a per-VM views reply.
+// Events per connection row (by flow id) of a view in a per-VM views reply.
 std::map<std::string, long> ConnectionEvents(const std::string& reply, const std::string& view,
                                              int vm);
 // iperf3 -s -J: what the server received over the whole UDP test; -1 if absent.

@@ -68,8 +68,9 @@ inline std::vector<uint8_t> pkt_rec(const hdr_args& a, uint32_t ifindex = 3, uin
   p.protocol = proto;
   p.sport = sport;
   p.dport = dport;
-  p.ip_version = 4;
-  p.l3proto = 0x0800;
+  const bool v6 = saddr.find(':') != std::string::npos;
+  p.ip_version = v6 ? 6 : 4;
+  p.l3proto = v6 ? 0x86dd : 0x0800;
   put_addr(p.saddr, saddr);
   put_addr(p.daddr, daddr);
   return make_record(hdr(a), p);
