@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# e2e.Demo: the README's main job, tools/demo, run as a user runs it, and its
+# output checked: both parts ran, both guests' iperf3 succeeded, magnet top
+# has a row per VM, and each VM's guest-tx view holds its own UDP flow at
+# about its iperf3 rate (g1 20, g2 5 Mbit/s) and no flow of the other VM.
+#   demo_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1 build=$2
+out=$(mktemp /tmp/magnet-demo-test.XXXXXX)
+trap 'rm -f "$out"' EXIT
+
+MAGNET_BUILD_DIR=$build timeout 900 "$src/tools/demo" >"$out" 2>&1
+rc=$?
+fail() { echo "demo_test: $*"; echo "----- tools/demo output -----"; cat "$out"; exit 1; }
+[[ $rc == 0 ]] || fail "tools/demo exited with $rc"
+
+grep -q '^== magnet stat: TCP iperf3' "$out" || fail "part 1 (capture core) did not run"
+grep -qE '^  net\.sock\.send +[0-9]+' "$out" || fail "no per-layer counts from the recorded trace"
+for g in g1 g2; do
+  grep -q "^$g iperf3 rc=0" "$out" || fail "$g's iperf3 did not succeed"
+  grep -qE "^[0-9]+ +$g +1 " "$out" || fail "magnet top has no row for $g"
+done
+
+# The UDP flow of guest $1 (address $2, port $3) in its own view section,
+# and no address of the other guest ($4) there; prints the flow's Mbit/s.
+flow_mbps() {
+  awk -v g="$1" -v me="$2" -v port="$3" -v other="$4" '
+    /^== magnet views --vm / { on = ($5 == g); next }
+    /^== / { on = 0 }
+    on && index($0, other) { print "LEAK " $0; exit }
+    on && index($0, me ":") && index($0, "> 10.77.0.1:" port " udp") { print $NF; exit }
+  ' "$out"
+}
+check() {  # guest address port other min max
+  local v
+  v=$(flow_mbps "$1" "$2" "$3" "$4")
+  [[ -n "$v" ]] || fail "no UDP flow $2 -> 10.77.0.1:$3 in $1's view"
+  [[ $v != LEAK* ]] || fail "$1's view shows the other VM's address: ${v#LEAK }"
+  awk -v v="$v" -v lo="$5" -v hi="$6" 'BEGIN { exit !(v >= lo && v <= hi) }' ||
+    fail "$1's flow reads $v Mbit/s, expected $5-$6"
+  echo "demo_test: $1's own flow in its view: $v Mbit/s"
+}
+check g1 10.77.0.11 5701 10.77.0.12 16 24
+check g2 10.77.0.12 5702 10.77.0.11 4 6
+echo "demo_test: ok"
