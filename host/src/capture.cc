@@ -88,11 +88,15 @@ const std::vector<probe_spec> kProbes = {
      {{M::tp_btf, {"proc_exit_btf"}, "sched/sched_process_exit"},
       {M::raw_tp, {"proc_exit_raw"}, "sched/sched_process_exit"}}},
     {MAGNET_P_BLK_ISSUE, MAGNET_EV_BLK_ISSUE, "block", "block request issued to the driver",
-     {{M::tp_btf, {"blk_issue_btf"}, "block/block_rq_issue"},
-      {M::raw_tp, {"blk_issue_raw"}, "block/block_rq_issue"}}},
+     // block_getrq: the submitter, in its own context (capture.bpf.c)
+     {{M::tp_btf, {"blk_issue_btf", "blk_getrq_btf"}, "block/block_rq_issue"},
+      {M::raw_tp, {"blk_issue_raw", "blk_getrq_raw"}, "block/block_rq_issue"}}},
+    // The submitter and the issue time of a completed request are kept by
+    // the blk.issue programs: "needs".
     {MAGNET_P_BLK_COMPLETE, MAGNET_EV_BLK_COMPLETE, "block", "block request completed",
      {{M::tp_btf, {"blk_complete_btf"}, "block/block_rq_complete"},
-      {M::raw_tp, {"blk_complete_raw"}, "block/block_rq_complete"}}},
+      {M::raw_tp, {"blk_complete_raw"}, "block/block_rq_complete"}},
+     {MAGNET_EV_BLK_ISSUE}},
     {MAGNET_P_KVM_EXIT, MAGNET_EV_KVM_EXIT, "hypervisor", "KVM VM exit with its reason",
      {{M::tracepoint, {"kvm_exit_tp"}, "kvm/kvm_exit"}}},
     // The vCPU state of kvm.entry, kvm.userspace_exit and kvm.wakeup is

@@ -876,6 +876,46 @@ struct {
 	__type(value, struct mg_blk_issue);
 } blk_start SEC(".maps");
 
+/* The submitter of a request: block_rq_issue runs wherever the hardware
+ * queue is run (the submitting task, kblockd, a completion that restarts
+ * the queue, or a task that dispatches others' requests), so the task there
+ * is not the submitter.  block_getrq fires in the submitter's context as a
+ * request is made for its first bio; keyed by that bio, which is rq->bio. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct mg_blk_issue);
+} blk_submitter SEC(".maps");
+
+static __always_inline int mg_blk_getrq(struct bio *bio)
+{
+	struct mg_blk_issue is = {};
+	__u64 key = mg_ptr_bits(bio);
+	struct mg_ev ev;
+
+	if (!bio || (!probe_ctl[MAGNET_P_BLK_ISSUE].mode && !probe_ctl[MAGNET_P_BLK_COMPLETE].mode))
+		return 0;
+	mg_ev_task(&ev, MAGNET_P_BLK_ISSUE, 0);
+	is.tgid = ev.tgid;
+	is.tid = ev.tid;
+	is.vm = ev.vm;
+	bpf_map_update_elem(&blk_submitter, &key, &is, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_getrq")
+int BPF_PROG(blk_getrq_btf, struct bio *bio)
+{
+	return mg_blk_getrq(bio);
+}
+
+SEC("raw_tp/block_getrq")
+int BPF_PROG(blk_getrq_raw, struct bio *bio)
+{
+	return mg_blk_getrq(bio);
+}
+
 static __always_inline int mg_blk_event(struct request *rq, int error,
 					unsigned int nr_bytes, bool complete)
 {
@@ -894,10 +934,21 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	mg_ev_task(&ev, slot, 0);
 	ev.now = bpf_ktime_get_ns(); /* also the latency's clock */
 	if (!complete) {
-		struct mg_blk_issue is = {
-			.ts = ev.now, .tgid = ev.tgid, .tid = ev.tid, .vm = ev.vm,
-		};
+		__u64 bkey = mg_ptr_bits(BPF_CORE_READ(rq, bio));
+		struct mg_blk_issue *sub = bkey ? bpf_map_lookup_elem(&blk_submitter, &bkey) : NULL;
+		struct mg_blk_issue is;
 
+		if (sub) { /* else: no bio (a flush), or made before tracing */
+			ev.tgid = sub->tgid;
+			ev.tid = sub->tid;
+			ev.vm = sub->vm;
+			bpf_map_delete_elem(&blk_submitter, &bkey);
+		}
+		is.ts = ev.now;
+		is.tgid = ev.tgid;
+		is.tid = ev.tid;
+		is.vm = ev.vm;
+		is.pad = 0;
 		bpf_map_update_elem(&blk_start, &key, &is, BPF_ANY);
 	} else {
 		start = bpf_map_lookup_elem(&blk_start, &key);

@@ -326,9 +326,15 @@ TEST_F(VmAwarenessDirect, BlockIoOfTheGuestIsAttributedToIt) {
         }
       }
   }
-  // O_DIRECT: exactly the guest's data, no more (metadata and journal
-  // writes of the host's file system are the kernel's, not g1's).
-  EXPECT_EQ(bytes, 16u << 20) << v.out.substr(0, 2000);
+  // O_DIRECT: the guest's data, and besides it only the little I/O g1's
+  // QEMU does itself: reading the new disk's first blocks as it attaches
+  // it (512 and 4096 bytes) and, when the guest's sync makes it
+  // fdatasync, the file system's fast-commit blocks it writes in that
+  // call.  Before the submitter was taken at block_getrq, requests that
+  // another context dispatched went to that context: short by 104 KiB in
+  // one run, 4 KiB over in another.
+  EXPECT_GE(bytes, 16u << 20) << v.out.substr(0, 2000);
+  EXPECT_LE(bytes, (16u << 20) + (64u << 10)) << v.out.substr(0, 2000);
   EXPECT_GE(events, 4u) << v.out.substr(0, 2000);
   std::printf("[e2e] g1 block I/O on the host: %llu requests, %llu bytes (guest wrote %u)\n",
               static_cast<unsigned long long>(events), static_cast<unsigned long long>(bytes),
