@@ -40,9 +40,22 @@ TEST(HostDaemon, SurvivesMissingLibvirtAndReloadsViewsOnSighup) {
   EXPECT_NE(d.stderr_text().find("unknown key 'filtr'"), std::string::npos) << d.stderr_text();
   EXPECT_EQ(run({MAGNET_BIN, "views", "--socket", sock}).status, 0) << "still serving";
 
-  write_file(views, "views:\n  - name: c\n    filter: \"event == net.dev.xmit\"\n    per_vm: true\n");
+  write_file(views, "views:\n  - name: c\n    filter: \"event == net.dev.xmit\"\n    per_vm: true\n"
+                    "  - name: all\n    filter: \"event == net.dev\"\n    windows: [{ms: 1000}]\n");
   kill(d.pid(), SIGHUP);
   ASSERT_TRUE(d.wait_for_stderr("[views.reloaded]")) << d.stderr_text();
+  // The client: text by default, one view by name, bad options named.
+  auto txt = run({MAGNET_BIN, "views", "--socket", sock, "--view", "all"});
+  EXPECT_EQ(txt.status, 0) << txt.err;
+  EXPECT_EQ(txt.out.rfind("all  vm 0  matched ", 0), 0u) << txt.out;
+  EXPECT_NE(txt.out.find("last 1000 ms"), std::string::npos) << txt.out;
+  auto none = run({MAGNET_BIN, "views", "--socket", sock, "--view", "nosuch"});
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("no instance of a view named 'nosuch' in the reply (views: all)"),
+            std::string::npos) << none.err;
+  auto rows = run({MAGNET_BIN, "views", "--socket", sock, "--rows", "0"});
+  EXPECT_NE(rows.status, 0);
+  EXPECT_NE(rows.err.find("--rows"), std::string::npos) << rows.err;
 
   EXPECT_EQ(d.stop(SIGTERM), 0) << d.stderr_text();
   EXPECT_NE(d.stderr_text().find("[stopped]"), std::string::npos);
