@@ -2,6 +2,7 @@
 #include <poll.h>
 
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -72,10 +73,14 @@ std::string window_name(const nlohmann::json& w) {
 // Text rendering of the daemon's view snapshots (docs/engine.md, "Snapshot
 // JSON"): per instance, its windows, the value statistics and the busiest
 // groups.  The snapshots' bandwidth_bps is in bytes per second.
-void print_views(const nlohmann::json& snaps, size_t rows) {
+void print_views(const nlohmann::json& snaps, size_t rows,
+                 const std::map<int, std::string>& names) {
   for (const auto& v : snaps) {
-    std::printf("%s  vm %d  matched %.0f%s\n", v.value("view", "?").c_str(), v.value("vm", 0),
-                num(v, "matched"),
+    const int vm = v.value("vm", 0);
+    auto n = names.find(vm);
+    std::printf("%s  %s%svm %d%s  matched %.0f%s\n", v.value("view", "?").c_str(),
+                n != names.end() ? n->second.c_str() : "", n != names.end() ? " (" : "", vm,
+                n != names.end() ? ")" : "", num(v, "matched"),
                 num(v, "sample_every") > 1 ? "  (sampled)" : "");
     if (auto w = v.find("windows"); w != v.end() && !w->empty()) {
       std::printf("  %-18s %10s %14s %12s %12s\n", "WINDOW", "EVENTS", "BYTES", "EVENTS/S",
@@ -188,10 +193,19 @@ int cmd_views(cli::args& a) {
       return 1;
     }
   }
-  if (json)
+  if (json) {
     std::printf("%s\n", j.dump().c_str());
-  else
-    print_views(j, rows);
+    return 0;
+  }
+  // VM names, from the daemon's registry (the snapshots carry ids).
+  std::map<int, std::string> names;
+  if (auto t = query_daemon(sock, "top"); t.ok) {
+    auto tj = nlohmann::json::parse(t.body, nullptr, false);
+    if (!tj.is_discarded() && tj.contains("vms") && tj["vms"].is_array())
+      for (const auto& x : tj["vms"])
+        if (x.is_object()) names[x.value("vm", 0)] = x.value("name", "");
+  }
+  print_views(j, rows, names);
   return 0;
 }
 
