@@ -1392,9 +1392,13 @@ int BPF_PROG(drop_raw, struct sk_buff *skb, void *location, int reason)
  * it (net_dev_start_xmit), keyed by the sk_buff.  tx: entered on a VM's tap,
  * leaves on another device; rx: entered on a non-tap device, leaves on a
  * VM's tap.  An entry is trusted only if the same skb still has the same
- * data buffer (a freed and reused skb does not match) and is younger than
- * MG_QUEUE_MAX_NS.  (skb->len differs by the link-layer header the
- * forwarding path pushes back, so it cannot be compared.)              */
+ * data buffer and carries the same packet (flow id and IPv4 id), and is
+ * younger than MG_QUEUE_MAX_NS.  A packet delivered locally leaves its
+ * entry behind, and the skb cache can hand the same skb and buffer to a
+ * later packet: without the packet check, that one was timed from the
+ * old packet's arrival (a 21 ms "delay" in the direct lab).  (skb->len
+ * differs by the link-layer header the forwarding path pushes back, so it
+ * cannot be compared.)                                                 */
 
 #define MG_QUEUE_MAX_NS 1000000000ULL
 
@@ -1405,7 +1409,8 @@ struct mg_queued {
 	__u32 len;
 	__u32 ifindex;
 	__u32 vm;
-	__u32 pad;
+	__u16 ip_id;
+	__u16 pad;
 };
 
 struct {
@@ -1422,20 +1427,21 @@ struct {
 	__type(value, struct magnet_lat_stat);
 } vmnet_queue_stats SEC(".maps");
 
-/* Flow id of the packet at skb->data (an L3 header at netif_receive_skb). */
-static __always_inline __u64 mg_skb_flow(struct sk_buff *skb, bool direct)
+/* Flow id and IPv4 id of the packet whose L3 header is at @l3. */
+static __always_inline __u64 mg_l3_flow(struct sk_buff *skb, const void *l3, bool direct,
+					__u16 *ip_id)
 {
 	struct magnet_pkt pkt = {};
 	__u8 raw[MG_HDR_BUF] = {};
 	__u16 rflags = 0;
 	__u16 proto = bpf_ntohs(MG_RD(direct, skb, protocol));
-	const void *l3 = MG_RD(direct, skb, data);
 
 	if (proto != MG_ETH_P_IP && proto != MG_ETH_P_IPV6)
 		return 0;
 	if (bpf_probe_read_kernel(raw, 64, l3))
 		return 0;
 	mg_parse_l3(raw, 64, &pkt, &rflags, MG_SZ_SKB_LEN);
+	*ip_id = pkt.ip_id;
 	return magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport, pkt.protocol);
 }
 
@@ -1456,7 +1462,8 @@ static __always_inline int mg_queue_in(struct sk_buff *skb, bool tx, bool direct
 	q.ts = bpf_ktime_get_ns();
 	q.head = mg_ptr_bits(MG_RD(direct, skb, head));
 	q.len = MG_RD(direct, skb, len);
-	q.flow = mg_skb_flow(skb, direct);
+	/* at netif_receive_skb, skb->data is the L3 header */
+	q.flow = mg_l3_flow(skb, MG_RD(direct, skb, data), direct, &q.ip_id);
 	key = mg_ptr_bits(skb);
 	bpf_map_update_elem(tx ? (void *)&queued_tx : (void *)&queued_rx, &key, &q, BPF_ANY);
 	return 0;
@@ -1492,6 +1499,17 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 	    ev.now < q->ts || ev.now - q->ts > MG_QUEUE_MAX_NS) {
 		bpf_map_delete_elem(map, &key);
 		return 0;
+	}
+	{
+		/* The same packet?  At xmit skb->data is the link-layer header;
+		 * network_header was set on receive (or by the IP layer). */
+		__u16 ip_id = 0;
+		const void *l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
+
+		if (mg_l3_flow(skb, l3, direct, &ip_id) != q->flow || ip_id != q->ip_id) {
+			bpf_map_delete_elem(map, &key);
+			return 0;
+		}
 	}
 	delay = ev.now - q->ts;
 	ev.vm = vm;
