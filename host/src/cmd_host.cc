@@ -77,11 +77,10 @@ void print_views(const nlohmann::json& snaps, size_t rows,
                  const std::map<int, std::string>& names) {
   for (const auto& v : snaps) {
     const int vm = v.value("vm", 0);
-    auto n = names.find(vm);
-    std::printf("%s  %s%svm %d%s  matched %.0f%s\n", v.value("view", "?").c_str(),
-                n != names.end() ? n->second.c_str() : "", n != names.end() ? " (" : "", vm,
-                n != names.end() ? ")" : "", num(v, "matched"),
-                num(v, "sample_every") > 1 ? "  (sampled)" : "");
+    std::string who = "vm " + std::to_string(vm);
+    if (auto n = names.find(vm); n != names.end()) who = n->second + " (" + who + ")";
+    std::printf("%s  %s  matched %.0f%s\n", v.value("view", "?").c_str(), who.c_str(),
+                num(v, "matched"), num(v, "sample_every") > 1 ? "  (sampled)" : "");
     if (auto w = v.find("windows"); w != v.end() && !w->empty()) {
       std::printf("  %-18s %10s %14s %12s %12s\n", "WINDOW", "EVENTS", "BYTES", "EVENTS/S",
                   "MBIT/S");

@@ -936,7 +936,6 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	if (!complete) {
 		__u64 bkey = mg_ptr_bits(BPF_CORE_READ(rq, bio));
 		struct mg_blk_issue *sub = bkey ? bpf_map_lookup_elem(&blk_submitter, &bkey) : NULL;
-		struct mg_blk_issue is;
 
 		if (sub) { /* else: no bio (a flush), or made before tracing */
 			ev.tgid = sub->tgid;
@@ -944,11 +943,10 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 			ev.vm = sub->vm;
 			bpf_map_delete_elem(&blk_submitter, &bkey);
 		}
-		is.ts = ev.now;
-		is.tgid = ev.tgid;
-		is.tid = ev.tid;
-		is.vm = ev.vm;
-		is.pad = 0;
+		struct mg_blk_issue is = {
+			.ts = ev.now, .tgid = ev.tgid, .tid = ev.tid, .vm = ev.vm,
+		};
+
 		bpf_map_update_elem(&blk_start, &key, &is, BPF_ANY);
 	} else {
 		start = bpf_map_lookup_elem(&blk_start, &key);
