@@ -549,6 +549,10 @@ result<std::unique_ptr<capture>> capture::open(const capture_options& opt) {
     c->cgroup_fd_ = ::open(c->kf_.cgroup2_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (c->cgroup_fd_ < 0) return error::from_errno("opening " + c->kf_.cgroup2_path());
   }
+  // Our own network namespace names the devices tag_vm_ifindex(ifindex, vm)
+  // tags: the nsfs inode is the kernel's net->ns.inum, which the probes read.
+  c->netns_ino_ = static_cast<uint32_t>(ino_of("/proc/self/ns/net"));
+  if (!c->netns_ino_) return error::from_errno("reading /proc/self/ns/net");
   return c;
 }
 
@@ -765,8 +769,20 @@ status capture::tag_vm_tgid(uint32_t tgid, uint32_t vm) {
 }
 
 status capture::tag_vm_ifindex(uint32_t ifindex, uint32_t vm) {
-  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.vm_by_ifindex), &ifindex, &vm, BPF_ANY))
-    return error::from_errno("tagging ifindex " + std::to_string(ifindex));
+  return tag_vm_ifindex(netns_ino_, ifindex, vm);
+}
+
+status capture::tag_vm_ifindex(uint32_t netns_ino, uint32_t ifindex, uint32_t vm) {
+  const std::string what =
+      "tagging ifindex " + std::to_string(ifindex) + " in netns " + std::to_string(netns_ino);
+  // The probes never look a device up with namespace 0 (they pass 0 when
+  // they cannot learn it): such an entry would only ever be dead.
+  if (!netns_ino) return error{what + ": no network namespace", EINVAL};
+  magnet_vm_netdev_key k{};
+  k.netns_ino = netns_ino;
+  k.ifindex = ifindex;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.vm_by_netdev), &k, &vm, BPF_ANY))
+    return error::from_errno(what);
   skel_->bss->filter_ctl.vm_tagging = 1;
   return {};
 }
@@ -795,7 +811,7 @@ static void delete_where_value(bpf_map* m, uint32_t vm) {
 
 status capture::untag_vm(uint32_t vm) {
   delete_where_value<uint32_t>(skel_->maps.vm_by_tgid, vm);
-  delete_where_value<uint32_t>(skel_->maps.vm_by_ifindex, vm);
+  delete_where_value<magnet_vm_netdev_key>(skel_->maps.vm_by_netdev, vm);
   delete_where_value<uint64_t>(skel_->maps.vm_by_cgroup, vm);
   return {};
 }
@@ -822,10 +838,17 @@ void capture::set_drop_ack(int slot, int cpu, uint64_t v) {
 }
 
 std::map<uint32_t, magnet_agg> capture::aggregate(int slot) const {
+  std::vector<uint32_t> all(MAGNET_MAX_VM_ID + 1);
+  for (uint32_t vm = 0; vm <= MAGNET_MAX_VM_ID; ++vm) all[vm] = vm;
+  return aggregate(slot, all);
+}
+
+std::map<uint32_t, magnet_agg> capture::aggregate(int slot, const std::vector<uint32_t>& vms) const {
   std::map<uint32_t, magnet_agg> out;
   std::vector<magnet_agg> v(ncpus_);
   int fd = bpf_map__fd(skel_->maps.agg);
-  for (uint32_t vm = 0; vm <= MAGNET_MAX_VM_ID; ++vm) {
+  for (uint32_t vm : vms) {
+    if (vm > MAGNET_MAX_VM_ID) continue;
     __u32 key = slot * (MAGNET_MAX_VM_ID + 1) + vm;
     if (bpf_map_lookup_elem(fd, &key, v.data()) != 0) continue;
     magnet_agg sum{};

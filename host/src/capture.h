@@ -117,12 +117,20 @@ class capture : public drop_source {
                          const std::set<uint32_t>& vms, const std::set<uint64_t>& ids);
   // VM tagging maps (written by the host registry).
   status tag_vm_tgid(uint32_t tgid, uint32_t vm);
+  // A device is (network namespace, ifindex): an ifindex is unique only
+  // within its namespace.  This one means a device in the network namespace
+  // this capture was opened in (netns_ino()).
   status tag_vm_ifindex(uint32_t ifindex, uint32_t vm);
+  // A device in the namespace whose nsfs inode (stat of /proc/PID/ns/net or
+  // /run/netns/NAME) is @netns_ino; 0 is refused (EINVAL).
+  status tag_vm_ifindex(uint32_t netns_ino, uint32_t ifindex, uint32_t vm);
   status tag_vm_cgroup(uint64_t cgroup_id, uint32_t vm);
   status untag_vm(uint32_t vm);
 
   // Netfilter hooks are per network namespace: attach in any new one.
   void rescan_netns();
+  // The inode of the network namespace this capture was opened in.
+  uint32_t netns_ino() const { return netns_ino_; }
 
   int ringbuf_fd() const;
   size_t ring_bytes() const { return ring_bytes_; }
@@ -133,6 +141,8 @@ class capture : public drop_source {
   void set_drop_ack(int slot, int cpu, uint64_t v) override;
   // In-kernel aggregation, summed over CPUs: [vm] -> {events, bytes}.
   std::map<uint32_t, magnet_agg> aggregate(int slot) const;
+  // The same for the given VM ids only (one lookup each, not one per id).
+  std::map<uint32_t, magnet_agg> aggregate(int slot, const std::vector<uint32_t>& vms) const;
   int ncpus() const override { return ncpus_; }
   std::string attach_summary() const;
   // Whether a probe's programs are attached (enabled, or needed by one).
@@ -159,6 +169,7 @@ class capture : public drop_source {
   };
   std::vector<nf_link> nf_links_;
   int cgroup_fd_ = -1;
+  uint32_t netns_ino_ = 0;
   size_t ring_bytes_ = 0;
   int ncpus_ = 0;
 };

@@ -36,6 +36,28 @@
  * bpf_probe_read_kernel each otherwise (raw_tp, kprobe). */
 #define MG_RD(direct, p, ...) ((direct) ? (p)->__VA_ARGS__ : BPF_CORE_READ(p, __VA_ARGS__))
 
+/* VM tagging by device: an ifindex names a device only within its network
+ * namespace, so every lookup (mg_vm_of_netdev) also gives the namespace,
+ * as the inode number user space sees on /proc/PID/ns/net.  Where a probe
+ * has the struct net_device, that is dev_net(dev)->ns.inum. */
+static __always_inline __u32 mg_dev_netns(struct net_device *dev, bool direct)
+{
+	if (!dev)
+		return 0;
+	if (direct)
+		return dev->nd_net.net->ns.inum;
+	return BPF_CORE_READ(dev, nd_net.net, ns.inum);
+}
+
+/* The VM whose device @dev (interface @ifindex) is; the namespace is read
+ * only when VM tagging is on. */
+static __always_inline __u32 mg_vm_of_dev(struct net_device *dev, __u32 ifindex, bool direct)
+{
+	if (!filter_ctl.vm_tagging || !dev || !ifindex)
+		return 0;
+	return mg_vm_of_netdev(mg_dev_netns(dev, direct), ifindex);
+}
+
 static __always_inline void mg_sock_addrs(struct sock *sk, struct magnet_sock *p,
 					  bool send, bool direct)
 {
@@ -321,9 +343,11 @@ static __always_inline bool mg_need_headers(__u32 mode, enum mg_size_of what)
 	       (filter_ctl.active & MAGNET_FK_ABSTRACT);
 }
 
-/* The common tail of every packet probe: tag, filter, record. */
+/* The common tail of every packet probe: tag, filter, record.  @netns_ino
+ * is the namespace of the device pkt->ifindex (0: unknown, no VM by
+ * device). */
 static __always_inline int mg_pkt_emit(struct mg_ev *ev, struct magnet_pkt *pkt,
-				       const __u8 *raw, __u32 n, __u16 type,
+				       __u32 netns_ino, const __u8 *raw, __u32 n, __u16 type,
 				       enum mg_size_of what)
 {
 	struct magnet_probe_pcpu *st;
@@ -336,7 +360,7 @@ static __always_inline int mg_pkt_emit(struct mg_ev *ev, struct magnet_pkt *pkt,
 	 * transmit on the wire side is host traffic at this layer, so per-VM
 	 * device counts are exactly the guest's TX (tap recv) and RX (tap xmit). */
 	if (slot == MAGNET_P_NET_DEV_XMIT || slot == MAGNET_P_NET_DEV_RECV || !ev->vm)
-		ev->vm = mg_vm_of_ifindex(pkt->ifindex);
+		ev->vm = mg_vm_of_netdev(netns_ino, pkt->ifindex);
 	/* The flow id costs a hash: only when a record or a filter needs it. */
 	if (slot < MAGNET_NPROBES && ((probe_ctl[slot].mode & MAGNET_MODE_STREAM) ||
 				      (filter_ctl.active & MAGNET_FK_ABSTRACT)))
@@ -397,8 +421,8 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 
 			if (self_tgid && tgid == self_tgid)
 				return 0;
-			if (filter_ctl.vm_tagging && dev)
-				vm = mg_vm_of_ifindex(MG_RD(direct, dev, ifindex));
+			if (dev)
+				vm = mg_vm_of_dev(dev, MG_RD(direct, dev, ifindex), direct);
 			mg_count(slot, mode, vm, size);
 			return 0;
 		}
@@ -432,7 +456,9 @@ static __always_inline int mg_pkt_event(struct sk_buff *skb, __u32 slot, __u16 t
 		ev.flags = 0;
 		ev.aid = 0;
 	}
-	return mg_pkt_emit(&ev, &pkt, raw, n, type, what);
+	return mg_pkt_emit(&ev, &pkt,
+			   filter_ctl.vm_tagging && dev ? mg_dev_netns(dev, direct) : 0,
+			   raw, n, type, what);
 }
 
 /* device layer */
@@ -535,6 +561,39 @@ static __always_inline int mg_skb_copy(struct __sk_buff *skb, __u8 *dst, __u32 l
 	return 0;
 }
 
+/* The network namespace of a cgroup_skb packet's device.  These programs
+ * get a struct __sk_buff, which has the ifindex but not the device, and on
+ * 6.1 neither bpf_cast_to_kern_ctx (6.3+) nor bpf_get_netns_cookie (given
+ * to cgroup_skb only in 2025).  But the context is the kernel's struct
+ * sk_buff all the same (bpf_cast_to_kern_ctx returns it unchanged), so its
+ * dev is read as a tracing probe reads it: with plain loads through
+ * bpf_rdonly_cast where the kernel has that, else bpf_probe_read_kernel
+ * (which cgroup_skb programs may call given CAP_PERFMON, 6.1 included).
+ * The socket's namespace would not do: ipvlan in L3 mode sends a
+ * container's packets out of the host's device, through the host's IP
+ * output, with the container's socket attached.  No device: 0, and the
+ * packet gets no VM by device. */
+static __always_inline __u32 mg_cgskb_netns(struct __sk_buff *ctx)
+{
+	struct sk_buff *skb;
+
+	if (has_rdonly_mem) {
+		skb = bpf_rdonly_cast(ctx, bpf_core_type_id_kernel(struct sk_buff));
+		return mg_dev_netns(skb->dev, true);
+	}
+	skb = (struct sk_buff *)mg_ptr_bits(ctx);
+	return BPF_CORE_READ(skb, dev, nd_net.net, ns.inum); /* 0 if a read fails */
+}
+
+static __always_inline __u32 mg_cgskb_vm(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+
+	if (!filter_ctl.vm_tagging || !ifindex)
+		return 0;
+	return mg_vm_of_netdev(mg_cgskb_netns(skb), ifindex);
+}
+
 /* cgroup_skb: ip output (ip_finish_output) and l4 delivery (sk_filter).
  * These hooks give a struct __sk_buff whose data starts at the IP header. */
 static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
@@ -567,7 +626,7 @@ static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 			if (type == MAGNET_EV_NET_IP_SEND && cgskb_has_task && self_tgid &&
 			    bpf_get_current_pid_tgid() >> 32 == self_tgid)
 				return 1;
-			mg_count(slot, mode, mg_vm_of_ifindex(skb->ifindex), size);
+			mg_count(slot, mode, mg_cgskb_vm(skb), size);
 			return 1;
 		}
 	}
@@ -607,7 +666,8 @@ static __always_inline int mg_cgskb_event(struct __sk_buff *skb, __u32 slot,
 	ev.vm = 0;
 	ev.flags = 0;
 	ev.aid = 0;
-	mg_pkt_emit(&ev, &pkt, raw, n, type, what);
+	mg_pkt_emit(&ev, &pkt, filter_ctl.vm_tagging && pkt.ifindex ? mg_cgskb_netns(skb) : 0,
+		    raw, n, type, what);
 	return 1;
 }
 
@@ -1334,6 +1394,57 @@ int kvm_halt_poll_tp(struct trace_event_raw_kvm_halt_poll_ns *ctx)
  * it happens on the VM's tap (e.g. tun_net_xmit with a full ring: the guest
  * does not take its packets fast enough). */
 
+/* The packets of VMs on their way through the host (see "Host-side
+ * queueing" below): a drop of one of them is that VM's, whatever device
+ * dropped it. */
+struct mg_queued {
+	__u64 ts;
+	__u64 head;
+	__u64 flow;
+	__u32 len;
+	__u32 ifindex;
+	__u32 netns; /* of the device ifindex (see mg_dev_netns) */
+	__u32 vm;
+	__u16 ip_id;
+	__u16 rflags; /* MAGNET_RF_TCP / _UDP / _IPV6 of the packet */
+	__u16 pad[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* skb address */
+	__type(value, struct mg_queued);
+} queued_tx SEC(".maps"), queued_rx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MAGNET_VMNET_QUEUE_ENTRIES);
+	__type(key, struct magnet_vmnet_queue_key);
+	__type(value, struct magnet_lat_stat);
+} vmnet_queue_stats SEC(".maps");
+
+static __always_inline __u64 mg_l3_flow(struct sk_buff *skb, const void *l3, bool direct,
+					__u16 *ip_id, __u16 *proto_flags);
+
+#define MG_QUEUE_MAX_NS 1000000000ULL
+
+/* Whether @skb still carries the packet @q was recorded for: the same data
+ * buffer, the same flow and IPv4 id (the skb cache hands a freed skb and
+ * its buffer to later packets), and not older than MG_QUEUE_MAX_NS. */
+static __always_inline bool mg_same_packet(struct sk_buff *skb, const struct mg_queued *q,
+					   bool direct)
+{
+	const void *l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
+	__u64 now = bpf_ktime_get_ns();
+	__u16 ip_id = 0, pf = 0;
+
+	if (q->head != mg_ptr_bits(MG_RD(direct, skb, head)) || now < q->ts ||
+	    now - q->ts > MG_QUEUE_MAX_NS)
+		return false;
+	return mg_l3_flow(skb, l3, direct, &ip_id, &pf) == q->flow && ip_id == q->ip_id;
+}
+
 static __always_inline int mg_drop_event(struct sk_buff *skb, void *location,
 					 __u32 reason, bool direct)
 {
@@ -1342,6 +1453,7 @@ static __always_inline int mg_drop_event(struct sk_buff *skb, void *location,
 	struct net_device *dev;
 	struct magnet_hdr *h;
 	struct mg_ev ev;
+	__u16 rflags = 0;
 	__u32 ifindex;
 
 	if (!probe_ctl[MAGNET_P_NET_DROP].mode || !skb)
@@ -1353,12 +1465,25 @@ static __always_inline int mg_drop_event(struct sk_buff *skb, void *location,
 	 * (possibly the recorder itself, whose events are skipped), so drops
 	 * belong to no task, like device records. */
 	ev.tgid = ev.tid = 0;
-	ev.vm = mg_vm_of_ifindex(ifindex);
+	ev.vm = mg_vm_of_dev(dev, ifindex, direct);
+	if (!ev.vm && filter_ctl.vm_tagging) {
+		/* A VM's packet dropped past its tap (a shaped link's qdisc,
+		 * the bridge): still the VM's, and its protocol is known. */
+		__u64 key = mg_ptr_bits(skb);
+		struct mg_queued *q = bpf_map_lookup_elem(&queued_tx, &key);
+
+		if (q && mg_same_packet(skb, q, direct)) {
+			ev.vm = q->vm;
+			rflags = q->rflags;
+		}
+		if (q)
+			bpf_map_delete_elem(&queued_tx, &key);
+	}
 	ev.aid = mg_id(skb);
 	st = mg_admit(&ev);
 	if (!st)
 		return 0;
-	h = mg_reserve(st, &ev, MAGNET_EV_NET_DROP, sizeof(*p), 0);
+	h = mg_reserve(st, &ev, MAGNET_EV_NET_DROP, sizeof(*p), rflags);
 	if (!h)
 		return 0;
 	p = (void *)(h + 1);
@@ -1398,36 +1523,10 @@ int BPF_PROG(drop_raw, struct sk_buff *skb, void *location, int reason)
  * differs by the link-layer header the forwarding path pushes back, so it
  * cannot be compared.)                                                 */
 
-#define MG_QUEUE_MAX_NS 1000000000ULL
-
-struct mg_queued {
-	__u64 ts;
-	__u64 head;
-	__u64 flow;
-	__u32 len;
-	__u32 ifindex;
-	__u32 vm;
-	__u16 ip_id;
-	__u16 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64); /* skb address */
-	__type(value, struct mg_queued);
-} queued_tx SEC(".maps"), queued_rx SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, MAGNET_VMNET_QUEUE_ENTRIES);
-	__type(key, struct magnet_vmnet_queue_key);
-	__type(value, struct magnet_lat_stat);
-} vmnet_queue_stats SEC(".maps");
 
 /* Flow id and IPv4 id of the packet whose L3 header is at @l3. */
 static __always_inline __u64 mg_l3_flow(struct sk_buff *skb, const void *l3, bool direct,
-					__u16 *ip_id)
+					__u16 *ip_id, __u16 *proto_flags)
 {
 	struct magnet_pkt pkt = {};
 	__u8 raw[MG_HDR_BUF] = {};
@@ -1440,6 +1539,8 @@ static __always_inline __u64 mg_l3_flow(struct sk_buff *skb, const void *l3, boo
 		return 0;
 	mg_parse_l3(raw, 64, &pkt, &rflags, MG_SZ_SKB_LEN);
 	*ip_id = pkt.ip_id;
+	*proto_flags = (rflags & MAGNET_RF_IPV6) | (pkt.protocol == 6 ? MAGNET_RF_TCP : 0) |
+		       (pkt.protocol == 17 ? MAGNET_RF_UDP : 0);
 	return magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport, pkt.protocol);
 }
 
@@ -1454,14 +1555,15 @@ static __always_inline int mg_queue_in(struct sk_buff *skb, bool tx, bool direct
 		return 0;
 	dev = MG_RD(direct, skb, dev);
 	q.ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
-	q.vm = mg_vm_of_ifindex(q.ifindex);
+	q.netns = mg_dev_netns(dev, direct);
+	q.vm = mg_vm_of_netdev(q.netns, q.ifindex);
 	if (tx != (q.vm != 0))
 		return 0; /* tx starts on a tap, rx anywhere else */
 	q.ts = bpf_ktime_get_ns();
 	q.head = mg_ptr_bits(MG_RD(direct, skb, head));
 	q.len = MG_RD(direct, skb, len);
 	/* at netif_receive_skb, skb->data is the L3 header */
-	q.flow = mg_l3_flow(skb, MG_RD(direct, skb, data), direct, &q.ip_id);
+	q.flow = mg_l3_flow(skb, MG_RD(direct, skb, data), direct, &q.ip_id, &q.rflags);
 	key = mg_ptr_bits(skb);
 	bpf_map_update_elem(tx ? (void *)&queued_tx : (void *)&queued_rx, &key, &q, BPF_ANY);
 	return 0;
@@ -1477,7 +1579,7 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 	struct magnet_hdr *h;
 	struct mg_queued *q;
 	struct mg_ev ev;
-	__u32 out_if, vm;
+	__u32 out_if, out_ns, vm;
 	__u64 key, delay;
 
 	if (!probe_ctl[slot].mode || !filter_ctl.vm_tagging || !skb || !dev)
@@ -1487,9 +1589,10 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 	if (!q)
 		return 0;
 	out_if = MG_RD(direct, dev, ifindex);
-	if (out_if == q->ifindex)
+	out_ns = mg_dev_netns(dev, direct);
+	if (out_if == q->ifindex && out_ns == q->netns)
 		return 0; /* not forwarded (yet) */
-	vm = tx ? q->vm : mg_vm_of_ifindex(out_if);
+	vm = tx ? q->vm : mg_vm_of_netdev(out_ns, out_if);
 	mg_ev_task(&ev, slot, MG_RD(direct, skb, len));
 	ev.now = bpf_ktime_get_ns();
 	ev.tgid = ev.tid = 0; /* softirq: no task (see mg_drop_event) */
@@ -1501,10 +1604,10 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 	{
 		/* The same packet?  At xmit skb->data is the link-layer header;
 		 * network_header was set on receive (or by the IP layer). */
-		__u16 ip_id = 0;
+		__u16 ip_id = 0, pf = 0;
 		const void *l3 = MG_RD(direct, skb, head) + MG_RD(direct, skb, network_header);
 
-		if (mg_l3_flow(skb, l3, direct, &ip_id) != q->flow || ip_id != q->ip_id) {
+		if (mg_l3_flow(skb, l3, direct, &ip_id, &pf) != q->flow || ip_id != q->ip_id) {
 			bpf_map_delete_elem(map, &key);
 			return 0;
 		}
@@ -1521,7 +1624,7 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 	st = mg_admit(&ev);
 	if (st) {
 		h = mg_reserve(st, &ev, tx ? MAGNET_EV_VMNET_QUEUE_TX : MAGNET_EV_VMNET_QUEUE_RX,
-			       sizeof(*p), 0);
+			       sizeof(*p), q->rflags);
 		if (h) {
 			p = (void *)(h + 1);
 			p->delay_ns = delay;

@@ -90,7 +90,7 @@ MG_SET_MAP(filter_abstract, __u64);
 	} name SEC(".maps")
 
 MG_VM_MAP(vm_by_tgid, __u32);
-MG_VM_MAP(vm_by_ifindex, __u32);
+MG_VM_MAP(vm_by_netdev, struct magnet_vm_netdev_key); /* (netns, ifindex) */
 MG_VM_MAP(vm_by_cgroup, __u64);
 
 /* BTF only describes types that globals, maps or signatures reference; this
@@ -118,6 +118,7 @@ struct mg_btf_anchor {
 	struct magnet_lat_stat lat_stat;
 	struct magnet_kvm_exit_key kvm_exit_key;
 	struct magnet_vmnet_queue_key vmnet_queue_key;
+	struct magnet_vm_netdev_key vm_netdev_key;
 };
 
 struct {
@@ -182,13 +183,18 @@ static __always_inline __u32 mg_vm_of_task(__u32 tgid, __u64 cgroup)
 	return vm ? *vm : 0;
 }
 
-static __always_inline __u32 mg_vm_of_ifindex(__u32 ifindex)
+/* The VM whose device is @ifindex in the network namespace @netns_ino (see
+ * struct magnet_vm_netdev_key).  A probe that could not learn the namespace
+ * passes 0 and gets no VM: the ifindex alone could be another namespace's
+ * device. */
+static __always_inline __u32 mg_vm_of_netdev(__u32 netns_ino, __u32 ifindex)
 {
+	struct magnet_vm_netdev_key k = { .netns_ino = netns_ino, .ifindex = ifindex };
 	__u32 *vm;
 
-	if (!filter_ctl.vm_tagging || !ifindex)
+	if (!filter_ctl.vm_tagging || !ifindex || !netns_ino)
 		return 0;
-	vm = bpf_map_lookup_elem(&vm_by_ifindex, &ifindex);
+	vm = bpf_map_lookup_elem(&vm_by_netdev, &k);
 	return vm ? *vm : 0;
 }
 

@@ -108,10 +108,25 @@ struct magnet_vmnet_queue_key {
 };
 #define MAGNET_VMNET_QUEUE_ENTRIES 1024
 
+/*
+ * vm_by_netdev map: a VM's network device (its tap) -> VM id, written by
+ * the host registry.  An ifindex is only unique inside one network
+ * namespace, so the key also names the namespace: the inode number of its
+ * nsfs file (stat("/proc/PID/ns/net").st_ino, the kernel's
+ * net->ns.inum), which every probe can read from the device (dev_net) or,
+ * in cgroup_skb programs, from the packet's socket (sock_net).  A probe
+ * that cannot learn the namespace does not tag: netns_ino 0 is never a key.
+ */
+struct magnet_vm_netdev_key {
+	__u32 netns_ino;
+	__u32 ifindex;
+};
+
 MAGNET_ASSERT_SIZE(magnet_probe_ctl, 16);
 MAGNET_ASSERT_SIZE(magnet_lat_stat, 288);
 MAGNET_ASSERT_SIZE(magnet_kvm_exit_key, 20);
 MAGNET_ASSERT_SIZE(magnet_vmnet_queue_key, 8);
+MAGNET_ASSERT_SIZE(magnet_vm_netdev_key, 8);
 MAGNET_ASSERT_SIZE(magnet_probe_pcpu, 64);
 MAGNET_ASSERT_SIZE(magnet_agg, 16);
 

@@ -17,6 +17,10 @@
  *   carry their length, so old readers skip the tail).  Readers accept any
  *   minor and treat unknown event ids as opaque records.
  *   Event ids are never reused, even when a probe is removed.
+ *   Map keys and run-time control state (control.h) are not part of the
+ *   trace format: they change together with the BPF object and the loader
+ *   that ship in one binary, so changing them bumps nothing here (e.g. the
+ *   VM tagging key by device became (netns, ifindex) without a bump).
  */
 #ifndef MAGNET_PROTO_EVENT_H
 #define MAGNET_PROTO_EVENT_H

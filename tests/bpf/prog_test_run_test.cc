@@ -10,8 +10,10 @@
 #include <linux/tcp.h>
 #include <linux/udp.h>
 #include <sched.h>
+#include <sys/stat.h>
 
 #include <cstring>
+#include <thread>
 
 #include "capture.h"
 #include "consumer.h"
@@ -140,6 +142,25 @@ class ProgTestRun : public ::testing::Test {
   static constexpr uint16_t kT = MAGNET_EV_NET_L4_RECV;
 };
 
+// Keeps the calling thread on CPU 0 while it lives (BPF_PROG_TEST_RUN runs on
+// the caller's CPU), then lets it run anywhere again.
+struct on_cpu0 {
+  cpu_set_t saved;
+  bool ok = false;
+  on_cpu0() {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    ok = sched_getaffinity(0, sizeof saved, &saved) == 0 &&
+         sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  ~on_cpu0() {
+    if (ok) sched_setaffinity(0, sizeof saved, &saved);
+  }
+  on_cpu0(const on_cpu0&) = delete;
+  on_cpu0& operator=(const on_cpu0&) = delete;
+};
+
 TEST_F(ProgTestRun, UdpDatagramBecomesOneRecordWithItsHeaders) {
   cap_->arm(kT, MAGNET_MODE_STREAM);
   EXPECT_EQ(run(make_packet({})), 1) << "the probe never drops traffic";
@@ -257,11 +278,64 @@ TEST_F(ProgTestRun, VmTaggingByIfindexAndVmFilter) {
   EXPECT_TRUE(events(kT).empty()) << "untagged again";
 }
 
+// A device is (network namespace, ifindex): BPF_PROG_TEST_RUN's device is
+// the caller's namespace's lo, ifindex 1 in every namespace, and its socket
+// is in that namespace too.  Tagging our lo must not tag another
+// namespace's, and a tag naming the other namespace applies there only.
+TEST_F(ProgTestRun, VmTaggingByIfindexIsPerNetworkNamespace) {
+  cap_->arm(kT, MAGNET_MODE_STREAM);
+  ASSERT_NE(cap_->netns_ino(), 0u);
+  auto refused = cap_->tag_vm_ifindex(0, 1, 7);
+  ASSERT_FALSE(refused) << "netns 0 names no namespace";
+  EXPECT_EQ(refused.err().code, EINVAL);
+  ASSERT_TRUE(cap_->tag_vm_ifindex(1 /* our lo */, 5));
+
+  // In a thread of its own, in a new network namespace: its lo is
+  // ifindex 1 as well.  Only this thread changes namespace.
+  struct {
+    int unshare_errno = 0;
+    uint32_t ino = 0;
+    std::vector<uint32_t> before, after;  // vm ids of the records
+  } other;
+  auto vms = [this] {
+    std::vector<uint32_t> v;
+    for (auto& r : events(kT)) v.push_back(hdr_of(r.data()).vm_id);
+    return v;
+  };
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      other.unshare_errno = errno;
+      return;
+    }
+    struct stat st;
+    if (stat("/proc/thread-self/ns/net", &st) == 0) other.ino = static_cast<uint32_t>(st.st_ino);
+    run(make_packet({}));
+    other.before = vms();
+    if (cap_->tag_vm_ifindex(other.ino, 1, 6)) {
+      run(make_packet({}));
+      other.after = vms();
+    }
+  });
+  t.join();
+  if (other.unshare_errno)
+    GTEST_SKIP() << "unshare(CLONE_NEWNET): " << std::strerror(other.unshare_errno);
+  ASSERT_NE(other.ino, 0u);
+  ASSERT_NE(other.ino, cap_->netns_ino());
+  EXPECT_EQ(other.before, std::vector<uint32_t>{0})
+      << "another namespace's ifindex 1 is not our lo";
+  EXPECT_EQ(other.after, std::vector<uint32_t>{6}) << "tagged in its own namespace";
+
+  run(make_packet({}));
+  EXPECT_EQ(vms(), std::vector<uint32_t>{5}) << "our lo keeps its own tag";
+  ASSERT_TRUE(cap_->untag_vm(5));
+  run(make_packet({}));
+  EXPECT_EQ(vms(), std::vector<uint32_t>{0}) << "untagged";
+  ASSERT_TRUE(cap_->untag_vm(6));
+}
+
 TEST_F(ProgTestRun, CpuFilter) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(0, &set);
-  ASSERT_EQ(sched_setaffinity(0, sizeof set, &set), 0);
+  on_cpu0 pin;
+  ASSERT_TRUE(pin.ok);
   cap_->arm(kT, MAGNET_MODE_STREAM);
   ASSERT_TRUE(cap_->set_filter_sets(MAGNET_FK_CPU, {1}, {}, {}, {}, {}));
   run(make_packet({}));
@@ -271,9 +345,6 @@ TEST_F(ProgTestRun, CpuFilter) {
   auto recs = events(kT);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(hdr_of(recs[0].data()).cpu, 0);
-  CPU_ZERO(&set);
-  for (int c = 0; c < cap_->ncpus(); ++c) CPU_SET(c, &set);
-  sched_setaffinity(0, sizeof set, &set);
 }
 
 TEST_F(ProgTestRun, FullRingDropsAreCountedAndReportedExactly) {
@@ -305,6 +376,10 @@ TEST_F(ProgTestRun, FullRingDropsAreCountedAndReportedExactly) {
 // come out whole and in order.
 TEST_F(ProgTestRun, ConsumerDrainsLargePassesInOrderAcrossTheRingsEnd) {
   open(16u << 20);  // 112 bytes per record in the ring: ~150 k fit
+  // A long repeated test run may be rescheduled between repetitions, and on
+  // another CPU its records would differ in hdr.cpu: keep it on one.
+  on_cpu0 pin;
+  ASSERT_TRUE(pin.ok);
   cap_->arm(kT, MAGNET_MODE_STREAM);
   const int n = 120000;  // 12.5 MB of records, 13.4 MB of ring
   auto pkt = make_packet({});
