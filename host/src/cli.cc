@@ -41,6 +41,25 @@ std::optional<std::string> args::value(std::string_view long_name, std::string_v
   return out;
 }
 
+std::vector<std::string> args::values(std::string_view long_name) {
+  std::vector<std::string> out;
+  for (auto it = v_.begin(); it != v_.end();) {
+    if (*it == "--") break;
+    std::string_view a = *it;
+    if (a.starts_with(long_name) && a.size() > long_name.size() && a[long_name.size()] == '=') {
+      out.emplace_back(a.substr(long_name.size() + 1));
+      it = v_.erase(it);
+    } else if (a == long_name) {
+      if (it + 1 == v_.end()) throw usage_error("option " + std::string(a) + " needs a value");
+      out.push_back(*(it + 1));
+      it = v_.erase(it, it + 2);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> args::finish(size_t min_pos, size_t max_pos, std::string_view what) {
   std::vector<std::string> pos;
   bool rest = false;
@@ -92,6 +111,23 @@ result<uint64_t> parse_duration_ns(std::string_view s) {
   if (v <= 0) return error{"duration must be positive"};
   if (v * mul > 1e18) return error{"'" + std::string(s) + "' is too long"};
   return static_cast<uint64_t>(v * mul);
+}
+
+result<double> parse_rate_bps(std::string_view s) {
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p == s.data() || !std::isfinite(v))
+    return error{"'" + std::string(s) + "' is not a rate (examples: 20mbit, 1.5gbit, 800kbit, 1000000)"};
+  std::string_view suf(p, s.data() + s.size() - p);
+  double mul;
+  if (suf == "" || suf == "bit") mul = 1;
+  else if (suf == "kbit") mul = 1e3;
+  else if (suf == "mbit") mul = 1e6;
+  else if (suf == "gbit") mul = 1e9;
+  else return error{"'" + std::string(s) + "' has an unknown unit (use bit, kbit, mbit, gbit)"};
+  if (v <= 0) return error{"a rate must be positive"};
+  if (v * mul > 1e13) return error{"'" + std::string(s) + "' is too large"};
+  return v * mul;
 }
 
 result<uint64_t> parse_count(std::string_view s) {

@@ -24,6 +24,8 @@ class args {
   const std::string& cmd() const { return cmd_; }
   bool flag(std::string_view long_name, std::string_view short_name = {});
   std::optional<std::string> value(std::string_view long_name, std::string_view short_name = {});
+  // Every occurrence of a repeatable option, in order.
+  std::vector<std::string> values(std::string_view long_name);
   // Remaining positionals; any unconsumed option is an error.
   std::vector<std::string> finish(size_t min_pos, size_t max_pos, std::string_view what = {});
 
@@ -35,6 +37,7 @@ class args {
 result<uint64_t> parse_size(std::string_view s);     // 4096, 64K, 16M, 1G (powers of 1024)
 result<uint64_t> parse_duration_ns(std::string_view s);  // 5, 2.5, 500ms, 10s, 100us
 result<uint64_t> parse_count(std::string_view s);    // positive integer
+result<double> parse_rate_bps(std::string_view s);   // 20mbit, 1.5gbit, 800kbit, 1000000 (bit/s)
 
 // Unwraps a parse result or raises a usage error naming the option.
 template <class T>

@@ -26,10 +26,25 @@ static const char* kHostHelp =
     "      --views FILE       YAML view definitions (default: built in,\n"
     "                         see --print-default-views)\n"
     "      --socket PATH      query socket (default /run/magnet/host.sock)\n"
+    "      --socket-group GRP group that may read the query socket (default:\n"
+    "                         root only)\n"
     "  -p, --probes LIST      probes (default net.dev,net.drop,vmnet.queue,sched,\n"
     "                         kvm.exit,kvm.entry,kvm.wakeup,blk)\n"
     "  -b, --buffer SIZE      ring buffer size (default 16M)\n"
     "  -d, --duration T       stop after T\n"
+    "\n"
+    "Delivery of each VM's own view into it (docs/guest.md), on by default:\n"
+    "      --no-deliver       none\n"
+    "      --vsock MODE       auto (listen when this host runs vsock guests,\n"
+    "                         i.e. /dev/vhost-vsock exists), on, off\n"
+    "      --vsock-port N     vsock port (default 5300, any CID)\n"
+    "      --no-serial        do not use the VMs' virtio-serial view channels\n"
+    "      --link DEV[@NETNS][=RATE]\n"
+    "                         a shared host link VMs' traffic crosses (repeat\n"
+    "                         for more): its capacity RATE (e.g. 20mbit), or\n"
+    "                         read from its root qdisc; gives each VM its\n"
+    "                         available bandwidth there\n"
+    "\n"
     "      --check-views FILE validate a view file and exit\n"
     "      --print-default-views\n";
 
@@ -124,6 +139,22 @@ int cmd_host(cli::args& a) {
   if (auto v = a.value("--uri")) o.uri = *v;
   if (auto v = a.value("--views")) o.views_path = *v;
   if (auto v = a.value("--socket")) o.socket_path = *v;
+  if (auto v = a.value("--socket-group")) o.socket_group = *v;
+  if (a.flag("--no-deliver")) o.deliver = false;
+  if (a.flag("--no-serial")) o.delivery.serial = false;
+  if (auto v = a.value("--vsock")) {
+    using m = deliver_options::vsock_mode;
+    if (*v == "auto") o.delivery.vsock = m::automatic;
+    else if (*v == "on") o.delivery.vsock = m::on;
+    else if (*v == "off") o.delivery.vsock = m::off;
+    else throw cli::usage_error("--vsock: '" + *v + "' is not auto, on or off");
+  }
+  if (auto v = a.value("--vsock-port")) {
+    uint64_t p = cli::need(cli::parse_count(*v), "--vsock-port");
+    if (p > 0xffffffffu) throw cli::usage_error("--vsock-port: " + *v + " is not a 32-bit port");
+    o.delivery.vsock_port = static_cast<uint32_t>(p);
+  }
+  for (const auto& l : a.values("--link")) o.links.push_back(cli::need(parse_link_spec(l), "--link"));
   if (auto v = a.value("--probes", "-p")) o.probes = *v;
   if (auto v = a.value("--buffer", "-b")) {
     o.ring_bytes = cli::need(cli::parse_size(*v), "--buffer");
@@ -205,6 +236,76 @@ int cmd_views(cli::args& a) {
         if (x.is_object()) names[x.value("vm", 0)] = x.value("name", "");
   }
   print_views(j, rows, names);
+  return 0;
+}
+
+static const char* kSessionsHelp =
+    "Usage: magnet sessions [--socket PATH] [--json]\n"
+    "\n"
+    "The daemon's connections into VMs: per connection its VM, transport\n"
+    "(vsock with the peer CID, virtio-serial), whether it said hello and\n"
+    "subscribed, its period, frames and bytes sent, stats frames replaced\n"
+    "before a slow reader took them, event records lost for it.\n";
+
+int cmd_sessions(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kSessionsHelp, stdout);
+    return 0;
+  }
+  auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
+  bool json = a.flag("--json");
+  a.finish(0, 0);
+  auto r = query_daemon(sock, "sessions");
+  if (!r.ok) {
+    std::fprintf(stderr, "magnet sessions: %s\n", r.body.c_str());
+    return 1;
+  }
+  if (json) {
+    std::printf("%s\n", r.body.c_str());
+    return 0;
+  }
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.contains("sessions")) {
+    std::fprintf(stderr, "magnet sessions: malformed reply from the daemon\n");
+    return 1;
+  }
+  std::printf("vsock listener: %s\n", j.value("vsock", false) ? "on" : "off");
+  std::printf("%-16s %-14s %6s %-9s %7s %10s %12s %9s %8s  %s\n", "VM", "TRANSPORT", "CID",
+              "STATE", "PERIOD", "FRAMES", "BYTES", "REPLACED", "EV.LOST", "PEER");
+  for (const auto& x : j["sessions"]) {
+    const char* state = x.value("subscribed", false) ? "subscribed"
+                        : x.value("hello", false)    ? "hello"
+                                                     : "waiting";
+    std::printf("%-16.16s %-14s %6u %-9s %5ums %10llu %12llu %9llu %8llu  %s\n",
+                x.value("name", std::string("?")).c_str(),
+                x.value("transport", std::string("?")).c_str(), x.value("cid", 0u), state,
+                x.value("period_ms", 0u), x.value("frames", 0ull), x.value("bytes", 0ull),
+                x.value("stats_replaced", 0ull), x.value("events_lost", 0ull),
+                x.value("label", std::string()).c_str());
+  }
+  return 0;
+}
+
+static const char* kMarkHelp =
+    "Usage: magnet mark VM VALUE [--socket PATH]\n"
+    "\n"
+    "Sets host.marker of a VM (by name, UUID or magnet id): the daemon pushes\n"
+    "it at once to the VM's on-change subscribers.  A latency probe: a guest\n"
+    "application that echoes it shows the delivery time (bench/deliver).\n"
+    "Root only.\n";
+
+int cmd_mark(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kMarkHelp, stdout);
+    return 0;
+  }
+  auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
+  auto pos = a.finish(2, 2, "VM and VALUE");
+  auto r = query_daemon(sock, "mark " + pos[0] + " " + pos[1]);
+  if (!r.ok) {
+    std::fprintf(stderr, "magnet mark: %s\n", r.body.c_str());
+    return 1;
+  }
   return 0;
 }
 

@@ -1,19 +1,26 @@
 #include "daemon.h"
 
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <utility>  // before asio: Boost 1.74 forgets it for C++20
 
 #include <boost/asio.hpp>
-#include <algorithm>
-#include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "admin.h"
 #include "capture.h"
+#include "cli.h"
 #include "consumer.h"
 #include "log.h"
 #include "magnet/events.h"
@@ -21,12 +28,15 @@
 #include "magnet/filters/engine.h"
 #include "magnet/trace_file.h"
 #include "registry.h"
+#include "tc.h"
 #include "vcpu_sched.h"
+#include "vm_metrics.h"
 
 namespace magnet::host {
 
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
+using ojson = nlohmann::ordered_json;
 
 const char* kDefaultViews = R"(# magnet host: default per-VM views
 views:
@@ -56,38 +66,86 @@ views:
     windows: [{ms: 1000}]
 )";
 
-namespace {
-
-std::string jstr(std::string_view s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    o += c;
+result<link_spec> parse_link_spec(const std::string& s) {
+  link_spec l;
+  std::string rest = s;
+  if (auto eq = rest.find('='); eq != std::string::npos) {
+    std::string r = rest.substr(eq + 1);
+    rest = rest.substr(0, eq);
+    auto v = cli::parse_rate_bps(r);
+    if (!v) return error{v.err().message};
+    l.rate_bps = *v;
   }
-  return o + "\"";
+  if (auto at = rest.find('@'); at != std::string::npos) {
+    l.netns = rest.substr(at + 1);
+    rest = rest.substr(0, at);
+    if (l.netns.empty() || l.netns.find('/') != std::string::npos)
+      return error{"'" + s + "': a network namespace name (as in ip netns) after '@'"};
+  }
+  if (rest.empty() || rest.size() >= IFNAMSIZ || rest.find('/') != std::string::npos)
+    return error{"'" + s + "': expected DEV[@NETNS][=RATE]"};
+  l.dev = rest;
+  return l;
 }
 
-struct exit_row {
-  std::string reason;
-  uint32_t code = 0, isa = 0;
-  double per_s = 0, mean_us = 0, p99_us = 0, time_frac = 0;  // of one vCPU
-  uint64_t userspace = 0;
-};
+namespace {
 
-struct vm_rates {
-  double exits_per_s = 0, rx_mbps = 0, tx_mbps = 0, drops_per_s = 0;
-  double run = 0, wait = 0, halt = 0;  // fractions of one vCPU, summed over vCPUs
-  double exit_time = 0;                // exit handling but halts, same unit
-  std::map<int, std::array<double, 3>> per_vcpu;
-  std::vector<exit_row> exits;         // by time, largest first
-  // Host queueing delay (vmnet.queue): [0] guest -> wire, [1] wire -> guest.
-  std::array<double, 2> queue_mean_us{}, queue_p99_us{}, queue_per_s{};
-};
+uint64_t random64() {
+  uint64_t v = 0;
+  while (getrandom(&v, sizeof v, 0) != sizeof v) {
+  }
+  return v;
+}
+
+// The link's device in its namespace: ifindex, the namespace's inode, and
+// its capacity: the rate given with --link, else what tc shapes it to.  The
+// queue's length comes from tc (tbf) either way.  @note says where the
+// capacity came from, or why there is none.
+link_info resolve_link(const link_spec& s, std::string& note) {
+  link_info l;
+  l.name = s.dev + (s.netns.empty() ? "" : "@" + s.netns);
+  l.capacity_bps = s.rate_bps;
+  const std::string path = s.netns.empty() ? "/proc/self/ns/net" : "/run/netns/" + s.netns;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    note = "no network namespace " + s.netns;
+    return l;
+  }
+  l.netns_ino = static_cast<uint32_t>(st.st_ino);
+  int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  int target = s.netns.empty() ? -1 : open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  bool switched = target >= 0 && self >= 0 && setns(target, CLONE_NEWNET) == 0;
+  result<tc_shaping> shaping = error{"not looked up"};
+  if (s.netns.empty() || switched) {
+    l.ifindex = if_nametoindex(s.dev.c_str());
+    if (l.ifindex) shaping = read_tc_shaping(static_cast<int>(l.ifindex));
+  }
+  if (switched) setns(self, CLONE_NEWNET);
+  if (self >= 0) close(self);
+  if (target >= 0) close(target);
+  char rate[64];
+  if (!l.ifindex) {
+    note = "no device " + s.dev + (s.netns.empty() ? "" : " in " + s.netns);
+  } else if (shaping) {
+    l.queue_limit_s = shaping->queue_limit_s;
+    if (l.capacity_bps <= 0) l.capacity_bps = shaping->rate_bps;
+    std::snprintf(rate, sizeof rate, "%.6g bit/s", l.capacity_bps);
+    note = std::string("capacity ") + rate + (s.rate_bps > 0 ? " (given)" : " (" + shaping->kind + ")");
+  } else if (l.capacity_bps > 0) {
+    std::snprintf(rate, sizeof rate, "%.6g bit/s", l.capacity_bps);
+    note = std::string("capacity ") + rate + " (given; tc: " + shaping.err().message + ")";
+  } else {
+    note = "capacity unknown (tc: " + shaping.err().message + "); give it as DEV=RATE";
+  }
+  return l;
+}
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 class host_daemon : public vm_tagger {
  public:
-  host_daemon(const daemon_options& o) : opt_(o), reg_(o.uri, *this) {}
+  explicit host_daemon(const daemon_options& o)
+      : opt_(o), reg_(o.uri, *this), hub_(io_, o.delivery) {}
 
   int run();
 
@@ -98,16 +156,23 @@ class host_daemon : public vm_tagger {
     for (const auto& t : vm.threads)  // vhost kernel workers have their own tgid
       if (t.role == "vhost") (void)cap_->tag_vm_tgid(static_cast<uint32_t>(t.tid), vm.vm_id);
     for (const auto& tap : vm.taps)
-      if (tap.ifindex > 0) (void)cap_->tag_vm_ifindex(static_cast<uint32_t>(tap.ifindex), vm.vm_id);
+      if (tap.ifindex > 0)  // in QEMU's namespace, which need not be ours
+        (void)cap_->tag_vm_ifindex(tap.netns_ino, static_cast<uint32_t>(tap.ifindex), vm.vm_id);
     for (uint64_t cg : vm.cgroup_ids) (void)cap_->tag_vm_cgroup(cg, vm.vm_id);
     asio::post(io_, [this, vm] {
-      log_line(2, "magnet-host: [vm.up] " + vm.name + " id " + std::to_string(vm.vm_id) +
-                      " qemu pid " + std::to_string(vm.qemu_pid));
+      auto old = vms_.find(vm.vm_id);
+      if (old == vms_.end() || old->second.qemu_pid != vm.qemu_pid) {
+        log_line(2, "magnet-host: [vm.up] " + vm.name + " id " + std::to_string(vm.vm_id) +
+                        " qemu pid " + std::to_string(vm.qemu_pid));
+        // A new process is a new identity: a new session for its guest.
+        sessions_[vm.vm_id] = random64();
+      }
       vms_[vm.vm_id] = vm;
       eng_.add_vm(vm.vm_id);
       vcpus_.remove_vm(vm.vm_id);
       for (const auto& t : vm.threads)
         if (t.role == "vcpu") vcpus_.add_thread(t.tid, vm.vm_id, t.vcpu);
+      vms_changed();
     });
   }
   void vm_gone(uint32_t vm_id) override {
@@ -116,9 +181,10 @@ class host_daemon : public vm_tagger {
       if (!vms_.count(vm_id)) return;
       log_line(2, "magnet-host: [vm.down] id " + std::to_string(vm_id));
       vms_.erase(vm_id);
-      rates_.erase(vm_id);
+      sessions_.erase(vm_id);
       eng_.remove_vm(vm_id);
       vcpus_.remove_vm(vm_id);
+      vms_changed();
     });
   }
 
@@ -127,10 +193,15 @@ class host_daemon : public vm_tagger {
   status setup_capture();
   void arm_ring();
   void tick();
-  void accept();
-  std::string handle(const std::string& req);
-  std::string top_json();
-  std::string vms_json();
+  void sample(uint64_t now);
+  void vms_changed();
+  void resolve_links();
+  std::string handle(const std::string& req, const admin_peer& peer);
+  ojson top_json() const;
+  ojson vms_json() const;
+  ojson kvm_json(uint32_t vm) const;
+  ojson stats_json(uint32_t vm) const;
+  ojson sessions_json() const;
   const vm_info* find_vm(const std::string& key) const;
 
   daemon_options opt_;
@@ -138,22 +209,20 @@ class host_daemon : public vm_tagger {
   std::unique_ptr<capture> cap_;
   std::unique_ptr<ring_consumer> cons_;
   std::unique_ptr<asio::posix::stream_descriptor> ring_fd_;
-  std::unique_ptr<local::acceptor> acceptor_;
+  std::unique_ptr<admin_server> admin_;
   asio::steady_timer timer_{io_};
+  asio::steady_timer::time_point next_tick_;
   filters::engine eng_;
   vcpu_sched vcpus_;
+  vm_metrics metrics_;
   registry reg_;
+  delivery_hub hub_;
   std::map<uint32_t, vm_info> vms_;
-  std::map<uint32_t, vm_rates> rates_;
-  std::map<std::pair<uint16_t, uint32_t>, magnet_agg> prev_agg_;
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, lat_stat> prev_kvm_;  // vm isa reason
-  std::map<std::pair<uint32_t, uint32_t>, lat_stat> prev_queue_;         // vm dir
-  void kernel_stats(double secs, std::map<uint32_t, vm_rates>& r);
-  std::string kvm_json(uint32_t vm);
-  std::map<pid_t, vcpu_times> prev_vcpu_;
-  uint64_t prev_tick_ns_ = 0, start_ns_ = 0;
+  std::map<uint32_t, uint64_t> sessions_;  // vm -> session id of its current process
+  uint64_t start_ns_ = 0;
   int ticks_ = 0;
   std::set<uint16_t> probes_;
+  std::vector<std::string> link_notes_;  // per --link, the last one logged
 };
 
 status host_daemon::load_views() {
@@ -184,8 +253,8 @@ status host_daemon::setup_capture() {
       continue;
     }
     // Everything is VM-only: the host daemon serves per-VM figures.  Every
-    // event is counted in kernel; events are streamed for the engine and for
-    // the vCPU accounting (sched).
+    // event is counted in kernel; events are streamed for the engine, the
+    // vCPU accounting (sched), the per-VM metrics and the guests' events.
     uint32_t mode = MAGNET_MODE_AGGREGATE | MAGNET_MODE_VM_ONLY | MAGNET_MODE_STREAM;
     // KVM figures come from in-kernel statistics: exits are too many to stream.
     if (event_name(t).rfind("kvm.", 0) == 0) mode &= ~MAGNET_MODE_STREAM;
@@ -195,6 +264,8 @@ status host_daemon::setup_capture() {
   auto k = ring_consumer::create(cap_->ringbuf_fd(), *cap_, [this](std::span<const uint8_t> b) {
     eng_.feed(b);
     vcpus_.feed(b);
+    metrics_.feed(b);
+    hub_.publish_events(b);
   });
   if (!k) return k.err();
   cons_ = std::move(*k);
@@ -209,8 +280,83 @@ void host_daemon::arm_ring() {
   });
 }
 
+void host_daemon::vms_changed() {
+  std::vector<vm_ident> ids;
+  for (const auto& [id, vm] : vms_) {
+    vm_ident v;
+    v.vm_id = id;
+    v.name = vm.name;
+    v.cid = vm.vsock_cid;
+    v.qemu_pid = vm.qemu_pid;
+    v.session_id = sessions_[id];
+    v.channel = vm.view_channel;
+    ids.push_back(std::move(v));
+    metrics_.set_allowance(id, vm.allowance_tx_bps, vm.allowance_rx_bps);
+  }
+  hub_.set_vms(ids);
+}
+
+// The shared links of --link, resolved again each second: a namespace or a
+// qdisc may come and go.  Each change of what is known is logged once.
+void host_daemon::resolve_links() {
+  std::vector<link_info> links;
+  link_notes_.resize(opt_.links.size());
+  for (size_t i = 0; i < opt_.links.size(); ++i) {
+    std::string note;
+    links.push_back(resolve_link(opt_.links[i], note));
+    if (note != link_notes_[i])
+      log_line(1, "magnet-host: [link] " + links.back().name + ": " + note);
+    link_notes_[i] = std::move(note);
+  }
+  metrics_.set_links(std::move(links));
+}
+
+// The cumulative per-VM counters the kernel keeps, at @now.
+void host_daemon::sample(uint64_t now) {
+  std::map<uint32_t, vm_counters> c;
+  std::vector<uint32_t> ids;
+  for (const auto& [id, vm] : vms_) {
+    c[id];
+    ids.push_back(id);
+  }
+  auto agg = [&](uint16_t type, auto&& fn) {
+    if (!probes_.count(type)) return;
+    for (const auto& [vm, a] : cap_->aggregate(probe_slot(type), ids))
+      if (auto it = c.find(vm); it != c.end()) fn(it->second, a);
+  };
+  agg(MAGNET_EV_NET_DEV_RECV, [](vm_counters& v, const magnet_agg& a) {
+    v.tap_tx_bytes = a.bytes;
+    v.tap_tx_pkts = a.events;
+  });
+  agg(MAGNET_EV_NET_DEV_XMIT, [](vm_counters& v, const magnet_agg& a) {
+    v.tap_rx_bytes = a.bytes;
+    v.tap_rx_pkts = a.events;
+  });
+  agg(MAGNET_EV_BLK_COMPLETE, [](vm_counters& v, const magnet_agg& a) {
+    v.blk_bytes = a.bytes;
+    v.blk_reqs = a.events;
+  });
+  agg(MAGNET_EV_KVM_EXIT, [](vm_counters& v, const magnet_agg& a) { v.exits = a.events; });
+  for (const auto& [k, s] : cap_->kvm_exit_stats()) {
+    auto it = c.find(k.vm_id);
+    if (it == c.end()) continue;
+    uint32_t idx = k.reason == MAGNET_KVM_REASON_HALT_POLLED   ? MAGNET_VIEW_REASON_HALT_POLLED
+                   : k.reason == MAGNET_KVM_REASON_HALT_WAITED ? MAGNET_VIEW_REASON_HALT_SLEPT
+                                                               : MAGNET_VIEW_REASON_INDEX(k.isa, k.reason);
+    it->second.reasons[idx].merge(s);
+  }
+  for (const auto& [k, s] : cap_->vmnet_queue_stats())
+    if (auto it = c.find(k.vm_id); it != c.end() && k.dir < 2) it->second.queue[k.dir].merge(s);
+  for (const auto& [tid, t] : vcpus_.totals(now))
+    if (auto it = c.find(t.vm); it != c.end())
+      it->second.vcpu_ns[t.vcpu] = {t.run_ns, t.wait_ns, t.halt_ns};
+  metrics_.sample(now, c);
+  for (const auto& [id, vm] : vms_) hub_.publish(id, now, metrics_.stats(id));
+}
+
 void host_daemon::tick() {
-  timer_.expires_after(std::chrono::milliseconds(100));
+  next_tick_ += std::chrono::milliseconds(100);
+  timer_.expires_at(next_tick_);
   timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;
     (void)cons_->drain();  // below the watermark nothing wakes us: bound the delay
@@ -220,93 +366,42 @@ void host_daemon::tick() {
       return;
     }
     if (++ticks_ % 10 == 0) {
-      double secs = static_cast<double>(now - prev_tick_ns_) / 1e9;
-      prev_tick_ns_ = now;
       cap_->rescan_netns();
-      std::map<uint32_t, vm_rates> r;
-      for (uint16_t t : probes_) {
-        auto agg = cap_->aggregate(find_probe(t)->slot);
-        for (auto& [vm, cur] : agg) {
-          auto& p = prev_agg_[{t, vm}];
-          double ev = static_cast<double>(cur.events - p.events) / secs;
-          double mbps = static_cast<double>(cur.bytes - p.bytes) * 8 / secs / 1e6;
-          if (t == MAGNET_EV_KVM_EXIT) r[vm].exits_per_s = ev;
-          if (t == MAGNET_EV_NET_DEV_RECV) r[vm].tx_mbps = mbps;  // from the guest
-          if (t == MAGNET_EV_NET_DEV_XMIT) r[vm].rx_mbps = mbps;  // to the guest
-          if (t == MAGNET_EV_NET_DROP) r[vm].drops_per_s = ev;
-          p = cur;
-        }
-      }
-      kernel_stats(secs, r);
-      auto tot = vcpus_.totals(now);
-      for (auto& [tid, cur] : tot) {
-        auto& p = prev_vcpu_[tid];
-        std::array<double, 3> f = {
-            static_cast<double>(cur.run_ns - p.run_ns) / 1e9 / secs,
-            static_cast<double>(cur.wait_ns - p.wait_ns) / 1e9 / secs,
-            static_cast<double>(cur.halt_ns - p.halt_ns) / 1e9 / secs};
-        auto& vr = r[cur.vm];
-        vr.per_vcpu[cur.vcpu] = f;
-        vr.run += f[0];
-        vr.wait += f[1];
-        vr.halt += f[2];
-        p = cur;
-      }
-      std::erase_if(r, [this](auto& kv) { return !vms_.count(kv.first); });
-      rates_ = std::move(r);
+      resolve_links();
     }
+    sample(now);
+    // A tick that ran late does not make the next ones bunch up.
+    if (asio::steady_timer::clock_type::now() > next_tick_ + std::chrono::milliseconds(100))
+      next_tick_ = asio::steady_timer::clock_type::now();
     tick();
   });
 }
 
-// Exit -> entry times per reason (kvm.entry) and host queueing delay
-// (vmnet.queue) over the last second, from the in-kernel statistics.
-void host_daemon::kernel_stats(double secs, std::map<uint32_t, vm_rates>& r) {
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, lat_stat> kvm;
-  for (const auto& [k, s] : cap_->kvm_exit_stats())
-    if (k.vm_id) kvm[{k.vm_id, k.isa, k.reason}].merge(s);
-  for (const auto& [k, c] : kvm) {
-    auto [vm, isa, reason] = k;
-    lat_stat d = c.since(prev_kvm_[k]);
-    prev_kvm_[k] = c;
-    if (!d.count) continue;
-    exit_row e{kvm_exit_reason_name(isa, reason), reason, isa,
-               static_cast<double>(d.count) / secs, d.mean_ns() / 1e3, d.quantile_ns(0.99) / 1e3,
-               static_cast<double>(d.total_ns) / 1e9 / secs, d.aux};
-    bool halt = e.reason == "hlt" || e.reason.rfind("halt(", 0) == 0;
-    if (!halt) r[vm].exit_time += e.time_frac;
-    r[vm].exits.push_back(std::move(e));
+ojson host_daemon::kvm_json(uint32_t vm) const {
+  ojson exits = ojson::array();
+  // From the stats delivered to the VM (the last second).
+  std::map<uint32_t, std::array<double, 3>> by;
+  for (const auto& v : metrics_.stats(vm)) {
+    if (!v.valid()) continue;
+    if (v.id == MAGNET_STAT_KVM_REASON_EXITS) by[v.index][0] = v.value;
+    if (v.id == MAGNET_STAT_KVM_REASON_TIME) by[v.index][1] = v.value;
+    if (v.id == MAGNET_STAT_KVM_REASON_MEAN) by[v.index][2] = v.value;
   }
-  for (auto& [vm, vr] : r)
-    std::sort(vr.exits.begin(), vr.exits.end(),
-              [](const exit_row& a, const exit_row& b) { return a.time_frac > b.time_frac; });
-  std::map<std::pair<uint32_t, uint32_t>, lat_stat> q;
-  for (const auto& [k, s] : cap_->vmnet_queue_stats()) q[{k.vm_id, k.dir}].merge(s);
-  for (const auto& [k, c] : q) {
-    lat_stat d = c.since(prev_queue_[k]);
-    prev_queue_[k] = c;
-    if (!d.count || k.second > 1) continue;
-    auto& vr = r[k.first];
-    vr.queue_mean_us[k.second] = d.mean_ns() / 1e3;
-    vr.queue_p99_us[k.second] = d.quantile_ns(0.99) / 1e3;
-    vr.queue_per_s[k.second] = static_cast<double>(d.count) / secs;
+  std::vector<std::pair<uint32_t, std::array<double, 3>>> rows(by.begin(), by.end());
+  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second[1] > b.second[1]; });
+  for (const auto& [idx, f] : rows) {
+    uint32_t isa = idx >> 24, code = idx & 0xffffff;
+    std::string name = idx == MAGNET_VIEW_REASON_HALT_POLLED  ? "halt(polled)"
+                       : idx == MAGNET_VIEW_REASON_HALT_SLEPT ? "halt(slept)"
+                                                              : kvm_exit_reason_name(isa, code);
+    exits.push_back(ojson{{"reason", name},
+                          {"code", idx >= MAGNET_VIEW_REASON_HALT_POLLED ? 0 : code},
+                          {"isa", idx >= MAGNET_VIEW_REASON_HALT_POLLED ? 0 : isa},
+                          {"exits_per_s", f[0]},
+                          {"mean_us", f[2]},
+                          {"time_frac", f[1]}});
   }
-}
-
-std::string host_daemon::kvm_json(uint32_t vm) {
-  std::string s = "{\"vm\":" + std::to_string(vm) + ",\"exits\":[";
-  char buf[384];
-  const vm_rates r = rates_.count(vm) ? rates_.at(vm) : vm_rates{};
-  for (size_t i = 0; i < r.exits.size(); ++i) {
-    const auto& e = r.exits[i];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"reason\":%s,\"code\":%u,\"isa\":%u,\"exits_per_s\":%.1f,"
-                  "\"mean_us\":%.3f,\"p99_us\":%.3f,\"time_frac\":%.5f,\"userspace\":%llu}",
-                  i ? "," : "", jstr(e.reason).c_str(), e.code, e.isa, e.per_s, e.mean_us,
-                  e.p99_us, e.time_frac, static_cast<unsigned long long>(e.userspace));
-    s += buf;
-  }
-  return s + "]}";
+  return ojson{{"vm", vm}, {"exits", exits}};
 }
 
 const vm_info* host_daemon::find_vm(const std::string& key) const {
@@ -315,100 +410,130 @@ const vm_info* host_daemon::find_vm(const std::string& key) const {
   return nullptr;
 }
 
-std::string host_daemon::vms_json() {
-  std::string s = "[";
+ojson host_daemon::vms_json() const {
+  ojson a = ojson::array();
   for (const auto& [id, vm] : vms_) {
-    if (s.size() > 1) s += ',';
-    s += "{\"vm\":" + std::to_string(id) + ",\"name\":" + jstr(vm.name) +
-         ",\"uuid\":" + jstr(vm.uuid) + ",\"libvirt_id\":" + std::to_string(vm.libvirt_id) +
-         ",\"qemu_pid\":" + std::to_string(vm.qemu_pid) +
-         ",\"vsock_cid\":" + std::to_string(vm.vsock_cid) + ",\"threads\":[";
-    for (size_t i = 0; i < vm.threads.size(); ++i)
-      s += std::string(i ? "," : "") + "{\"tid\":" + std::to_string(vm.threads[i].tid) +
-           ",\"role\":" + jstr(vm.threads[i].role) +
-           ",\"vcpu\":" + std::to_string(vm.threads[i].vcpu) + "}";
-    s += "],\"taps\":[";
-    for (size_t i = 0; i < vm.taps.size(); ++i)
-      s += std::string(i ? "," : "") + "{\"name\":" + jstr(vm.taps[i].name) +
-           ",\"ifindex\":" + std::to_string(vm.taps[i].ifindex) + "}";
-    s += "],\"cgroups\":[";
-    for (size_t i = 0; i < vm.cgroups.size(); ++i)
-      s += std::string(i ? "," : "") + jstr(vm.cgroups[i]);
-    s += "]}";
+    ojson threads = ojson::array(), taps = ojson::array();
+    for (const auto& t : vm.threads)
+      threads.push_back(ojson{{"tid", t.tid}, {"role", t.role}, {"vcpu", t.vcpu}});
+    for (const auto& t : vm.taps) taps.push_back(ojson{{"name", t.name}, {"ifindex", t.ifindex}});
+    a.push_back(ojson{{"vm", id},
+                      {"name", vm.name},
+                      {"uuid", vm.uuid},
+                      {"libvirt_id", vm.libvirt_id},
+                      {"qemu_pid", vm.qemu_pid},
+                      {"vsock_cid", vm.vsock_cid},
+                      {"threads", threads},
+                      {"taps", taps},
+                      {"cgroups", vm.cgroups}});
   }
-  return s + "]";
+  return a;
 }
 
-std::string host_daemon::top_json() {
-  char buf[1024];
-  std::string s = "{\"lost\":" + std::to_string(cons_->lost()) +
-                  ",\"libvirt\":" + (reg_.connected() ? "true" : "false") + ",\"vms\":[";
-  bool first = true;
+ojson host_daemon::top_json() const {
+  ojson vms = ojson::array();
   for (const auto& [id, vm] : vms_) {
-    vm_rates r = rates_.count(id) ? rates_.at(id) : vm_rates{};
     int nvcpu = 0;
     for (const auto& t : vm.threads) nvcpu += t.role == "vcpu";
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"vm\":%u,\"name\":%s,\"vcpus\":%d,\"vcpu_run\":%.4f,\"vcpu_wait\":%.4f,"
-                  "\"vcpu_halt\":%.4f,\"exits_per_s\":%.1f,\"exit_time\":%.5f,"
-                  "\"rx_mbps\":%.3f,\"tx_mbps\":%.3f,\"drops_per_s\":%.1f,"
-                  "\"queue_tx_us\":%.3f,\"queue_tx_p99_us\":%.3f,\"queue_tx_per_s\":%.1f,"
-                  "\"queue_rx_us\":%.3f,\"queue_rx_p99_us\":%.3f,\"queue_rx_per_s\":%.1f,"
-                  "\"per_vcpu\":[",
-                  first ? "" : ",", id, jstr(vm.name).c_str(), nvcpu, r.run, r.wait, r.halt,
-                  r.exits_per_s, r.exit_time, r.rx_mbps, r.tx_mbps, r.drops_per_s,
-                  r.queue_mean_us[0], r.queue_p99_us[0], r.queue_per_s[0], r.queue_mean_us[1],
-                  r.queue_p99_us[1], r.queue_per_s[1]);
-    s += buf;
-    bool f2 = true;
-    for (const auto& [v, f] : r.per_vcpu) {
-      std::snprintf(buf, sizeof buf, "%s{\"vcpu\":%d,\"run\":%.4f,\"wait\":%.4f,\"halt\":%.4f}",
-                    f2 ? "" : ",", v, f[0], f[1], f[2]);
-      s += buf;
-      f2 = false;
-    }
-    s += "]}";
-    first = false;
+    auto v = [&](uint16_t sid, uint32_t index = 0) { return metrics_.value(id, sid, index); };
+    ojson per = ojson::array();
+    for (const auto& s : metrics_.stats(id))
+      if (s.id == MAGNET_STAT_VCPU_RUN)
+        per.push_back(ojson{{"vcpu", s.index},
+                            {"run", v(MAGNET_STAT_VCPU_RUN, s.index)},
+                            {"wait", v(MAGNET_STAT_VCPU_WAIT, s.index)},
+                            {"halt", v(MAGNET_STAT_VCPU_HALT, s.index)}});
+    vms.push_back(ojson{{"vm", id},
+                        {"name", vm.name},
+                        {"vcpus", nvcpu},
+                        {"vcpu_run", v(MAGNET_STAT_VCPU_RUN_SUM)},
+                        {"vcpu_wait", v(MAGNET_STAT_VCPU_WAIT_SUM)},
+                        {"vcpu_halt", v(MAGNET_STAT_VCPU_HALT_SUM)},
+                        {"exits_per_s", v(MAGNET_STAT_KVM_EXITS)},
+                        {"exit_time", v(MAGNET_STAT_KVM_EXIT_TIME)},
+                        {"rx_mbps", v(MAGNET_STAT_TAP_RX_BPS) / 1e6},
+                        {"tx_mbps", v(MAGNET_STAT_TAP_TX_BPS) / 1e6},
+                        {"drops_per_s", v(MAGNET_STAT_DROPS_TAP)},
+                        {"queue_tx_us", v(MAGNET_STAT_QUEUE_TX_MEAN)},
+                        {"queue_tx_p99_us", v(MAGNET_STAT_QUEUE_TX_P99)},
+                        {"queue_tx_per_s", v(MAGNET_STAT_QUEUE_TX_PPS)},
+                        {"queue_rx_us", v(MAGNET_STAT_QUEUE_RX_MEAN)},
+                        {"queue_rx_p99_us", v(MAGNET_STAT_QUEUE_RX_P99)},
+                        {"queue_rx_per_s", v(MAGNET_STAT_QUEUE_RX_PPS)},
+                        {"per_vcpu", per}});
   }
-  return s + "]}";
+  return ojson{{"lost", cons_->lost()}, {"libvirt", reg_.connected()}, {"vms", vms}};
 }
 
-std::string host_daemon::handle(const std::string& req) {
+// What is delivered to the VM, by name (no per-connection values).
+ojson host_daemon::stats_json(uint32_t vm) const {
+  ojson a = ojson::array();
+  for (const auto& s : metrics_.stats(vm)) {
+    const auto* info = view::find_stat(s.id);
+    a.push_back(ojson{{"name", info ? std::string(info->name) : std::to_string(s.id)},
+                      {"index", s.index},
+                      {"value", s.value},
+                      {"valid", s.valid()},
+                      {"window_us", s.window_us}});
+  }
+  return ojson{{"vm", vm}, {"at_ns", metrics_.sampled_at()}, {"stats", a}};
+}
+
+ojson host_daemon::sessions_json() const {
+  ojson a = ojson::array();
+  for (const auto& s : hub_.sessions()) {
+    auto it = vms_.find(s.subject);
+    a.push_back(ojson{{"vm", s.subject},
+                      {"name", it != vms_.end() ? it->second.name : ""},
+                      {"transport", s.kind_name},
+                      {"cid", s.peer},
+                      {"hello", s.hello},
+                      {"subscribed", s.subscribed},
+                      {"period_ms", s.period_ms},
+                      {"mode", s.mode},
+                      {"frames", s.frames},
+                      {"bytes", s.bytes},
+                      {"stats_replaced", s.stats_replaced},
+                      {"events_lost", s.events_lost},
+                      {"label", s.label}});
+  }
+  return ojson{{"vsock", hub_.listening_vsock()}, {"sessions", a}};
+}
+
+std::string host_daemon::handle(const std::string& req, const admin_peer& peer) {
   std::istringstream in(req);
-  std::string cmd, arg;
+  std::string cmd, arg, extra;
   in >> cmd >> arg;
-  if (cmd == "top") return "ok " + top_json();
-  if (cmd == "vms") return "ok " + vms_json();
-  if (cmd == "kvm") {
+  const std::string no_vm = "error no running VM named '" + arg + "' (by name, UUID or magnet id)";
+  if (cmd == "top") return "ok " + dump(top_json());
+  if (cmd == "vms") return "ok " + dump(vms_json());
+  if (cmd == "sessions") return "ok " + dump(sessions_json());
+  if (cmd == "kvm" || cmd == "stats") {
     const vm_info* vm = find_vm(arg);
-    if (!vm) return "error no running VM named '" + arg + "' (by name, UUID or magnet id)";
-    return "ok " + kvm_json(vm->vm_id);
+    if (!vm) return no_vm;
+    return "ok " + dump(cmd == "kvm" ? kvm_json(vm->vm_id) : stats_json(vm->vm_id));
   }
   if (cmd == "views") {
     if (arg.empty()) return "ok " + filters::to_json(eng_.snapshot());
     const vm_info* vm = find_vm(arg);
-    if (!vm) return "error no running VM named '" + arg + "' (by name, UUID or magnet id)";
+    if (!vm) return no_vm;
     // Only that VM's instances: the same data the VM itself would receive.
     return "ok " + filters::to_json(eng_.snapshot_vm(vm->vm_id));
   }
-  return "error unknown request '" + cmd + "' (top, vms, kvm VM, views [VM])";
-}
-
-void host_daemon::accept() {
-  acceptor_->async_accept([this](boost::system::error_code ec, local::socket sock) {
-    if (ec) return;
-    auto s = std::make_shared<local::socket>(std::move(sock));
-    auto buf = std::make_shared<asio::streambuf>(4096);
-    asio::async_read_until(*s, *buf, '\n', [this, s, buf](boost::system::error_code ec, size_t) {
-      if (ec) return;  // a client that sends nothing or too much is dropped
-      std::istream is(buf.get());
-      std::string line;
-      std::getline(is, line);
-      auto reply = std::make_shared<std::string>(handle(line) + "\n");
-      asio::async_write(*s, asio::buffer(*reply), [s, reply](boost::system::error_code, size_t) {});
-    });
-    accept();
-  });
+  if (cmd == "mark") {
+    if (!peer.may_write) return "error mark changes what a VM receives: root only";
+    const vm_info* vm = find_vm(arg);
+    if (!vm) return no_vm;
+    in >> extra;
+    char* end = nullptr;
+    double v = std::strtod(extra.c_str(), &end);
+    if (extra.empty() || *end || !std::isfinite(v))
+      return "error mark VM VALUE: '" + extra + "' is not a number";
+    hub_.set_marker(vm->vm_id, v, monotonic_ns());
+    return "ok {}";
+  }
+  return "error unknown request '" + cmd +
+         "' (top, vms, sessions, kvm VM, stats VM, views [VM], mark VM VALUE)";
 }
 
 int host_daemon::run() {
@@ -416,21 +541,40 @@ int host_daemon::run() {
     std::fprintf(stderr, "magnet host: views: %s\n", s.err().message.c_str());
     return 2;
   }
+  gid_t group = static_cast<gid_t>(-1);
+  if (!opt_.socket_group.empty()) {
+    auto g = group_id(opt_.socket_group);
+    if (!g) {
+      std::fprintf(stderr, "magnet host: --socket-group: %s\n", g.err().message.c_str());
+      return 2;
+    }
+    group = *g;
+  }
   if (auto s = setup_capture(); !s) {
     std::fprintf(stderr, "magnet host: %s\n", s.err().message.c_str());
     return 1;
   }
   ::mkdir("/run/magnet", 0755);
-  ::unlink(opt_.socket_path.c_str());
-  try {
-    acceptor_ = std::make_unique<local::acceptor>(io_, local::endpoint(opt_.socket_path));
-  } catch (const boost::system::system_error& e) {
-    std::fprintf(stderr, "magnet host: cannot listen on %s: %s\n", opt_.socket_path.c_str(),
-                 e.what());
+  auto adm = admin_server::open(io_, opt_.socket_path, group,
+                                [this](const std::string& l, const admin_peer& p) { return handle(l, p); });
+  if (!adm) {
+    std::fprintf(stderr, "magnet host: %s\n", adm.err().message.c_str());
     return 1;
   }
-  ::chmod(opt_.socket_path.c_str(), 0600);  // host figures of every VM: root only
+  admin_ = std::move(*adm);
+  // Know the running VMs before the first guest connects: a guest that
+  // reconnects as soon as the daemon is back would otherwise be refused
+  // ("no running domain has this CID") and wait out its backoff.  (Its
+  // handlers run first: they are queued before any accept completes.)
+  (void)reg_.reconcile();  // a libvirt that is down: the registry thread says so
+  if (opt_.deliver) {
+    if (auto s = hub_.start(); !s) {
+      std::fprintf(stderr, "magnet host: delivery: %s\n", s.err().message.c_str());
+      return 1;
+    }
+  }
   ring_fd_ = std::make_unique<asio::posix::stream_descriptor>(io_, ::dup(cons_->epoll_fd()));
+  resolve_links();
 
   asio::signal_set signals(io_, SIGINT, SIGTERM, SIGHUP);
   std::function<void(boost::system::error_code, int)> on_signal =
@@ -450,20 +594,28 @@ int host_daemon::run() {
       };
   signals.async_wait(on_signal);
 
-  start_ns_ = prev_tick_ns_ = monotonic_ns();
+  start_ns_ = monotonic_ns();
+  next_tick_ = asio::steady_timer::clock_type::now();
   reg_.start();
   arm_ring();
-  accept();
   tick();
   log_line(1, "magnet-host: [started] probes " + cap_->attach_summary() + "; libvirt " +
-                  opt_.uri + "; socket " + opt_.socket_path);
+                  opt_.uri + "; socket " + opt_.socket_path +
+                  (opt_.deliver ? std::string("; delivery ") +
+                                      (hub_.listening_vsock()
+                                           ? "vsock port " + std::to_string(opt_.delivery.vsock_port)
+                                           : std::string("without vsock")) +
+                                      (opt_.delivery.serial ? ", virtio-serial channels" : "")
+                                : std::string("; delivery off")));
   io_.run();
 
+  hub_.stop();
+  io_.restart();
+  io_.poll();  // the peers' goodbyes
   reg_.stop();
   for (uint16_t t : probes_) (void)cap_->set_mode(t, 0);
   (void)cons_->drain();
-  acceptor_.reset();
-  ::unlink(opt_.socket_path.c_str());
+  admin_.reset();
   log_line(1, "magnet-host: [stopped] " + std::to_string(cons_->records()) + " records, " +
                   std::to_string(cons_->lost()) + " lost");
   return 0;

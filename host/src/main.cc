@@ -22,6 +22,8 @@ const char* kHelp =
     "  host     the host daemon: VM registry, probes, per-VM views\n"
     "  top      live per-VM table from the host daemon\n"
     "  views    the host daemon's views, per VM\n"
+    "  sessions the daemon's connections into VMs (their views' delivery)\n"
+    "  mark     set a VM's host.marker (delivery latency probes)\n"
     "\n"
     "Global options: -v/--verbose (repeat for more, -vv shows libbpf and the\n"
     "verifier log), --version, --help\n";
@@ -66,6 +68,8 @@ int main(int argc, char** argv) {
     if (cmd == "host") return host::cmd_host(rest);
     if (cmd == "top") return host::cmd_top(rest);
     if (cmd == "views") return host::cmd_views(rest);
+    if (cmd == "sessions") return host::cmd_sessions(rest);
+    if (cmd == "mark") return host::cmd_mark(rest);
     std::fprintf(stderr, "magnet: unknown command '%s'\nTry 'magnet --help'.\n", cmd.c_str());
     return 2;
   } catch (const cli::usage_error& e) {

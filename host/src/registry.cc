@@ -51,13 +51,19 @@ std::vector<std::string> cgroups_of(pid_t tid, std::string& v2) {
 }
 
 // Resolves interface names inside the network namespace of @pid (QEMU's:
-// libvirtd may run in another namespace than the daemon).
+// libvirtd may run in another namespace than the daemon), and names that
+// namespace, since an ifindex means a device only within its namespace.
 std::vector<vm_tap> resolve_taps(pid_t pid, const std::vector<std::string>& names) {
   std::vector<vm_tap> out;
   int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
   int target = open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC);
   bool switched = self >= 0 && target >= 0 && setns(target, CLONE_NEWNET) == 0;
-  for (const auto& n : names) out.push_back({n, static_cast<int>(if_nametoindex(n.c_str()))});
+  // The namespace the names were looked up in: QEMU's, or ours if we could
+  // not enter it.
+  struct stat st;
+  int where = switched ? target : self;
+  uint32_t ino = where >= 0 && fstat(where, &st) == 0 ? static_cast<uint32_t>(st.st_ino) : 0;
+  for (const auto& n : names) out.push_back({n, static_cast<int>(if_nametoindex(n.c_str())), ino});
   if (switched) setns(self, CLONE_NEWNET);
   if (self >= 0) close(self);
   if (target >= 0) close(target);
@@ -81,6 +87,35 @@ domain_xml_facts parse_domain_xml(const std::string& xml) {
   static const std::regex vsock(R"(<vsock\b[\s\S]*?<cid\b[^>]*address=['"](\d+)['"])");
   std::smatch m;
   if (std::regex_search(xml, m, vsock)) f.vsock_cid = static_cast<uint32_t>(std::stoul(m[1]));
+  // The view channel: a unix channel QEMU listens on (mode bind) whose
+  // virtio target has magnet's name; the daemon connects to it.
+  static const std::regex channel(R"(<channel\b[^>]*type=['"]unix['"][\s\S]*?</channel>)");
+  static const std::regex bind_path(R"(<source\b[^>]*mode=['"]bind['"][^>]*path=['"]([^'"]+)['"])");
+  static const std::regex path_bind(R"(<source\b[^>]*path=['"]([^'"]+)['"][^>]*mode=['"]bind['"])");
+  const std::regex name(std::string(R"(<target\b[^>]*name=['"])") + kViewChannelName + "['\"]");
+  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), channel); it != std::sregex_iterator();
+       ++it) {
+    std::string block = it->str();
+    if (!std::regex_search(block, name)) continue;
+    if (std::regex_search(block, m, bind_path) || std::regex_search(block, m, path_bind)) {
+      f.view_channel = m[1];
+      break;
+    }
+  }
+  // <bandwidth> of each interface: average in kilobytes/s (libvirt hands it
+  // to tc as "kbps", 8000 bit/s each).  inbound = to the guest (its RX).
+  static const std::regex bw(R"(<bandwidth\b[\s\S]*?</bandwidth>)");
+  static const std::regex in(R"(<inbound\b[^>]*average=['"](\d+)['"])");
+  static const std::regex out(R"(<outbound\b[^>]*average=['"](\d+)['"])");
+  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), iface); it != std::sregex_iterator();
+       ++it) {
+    std::string block = it->str();
+    std::smatch b;
+    if (!std::regex_search(block, b, bw)) continue;
+    std::string bws = b.str();
+    if (std::regex_search(bws, m, in)) f.allowance_rx_bps += 8000.0 * std::stod(m[1]);
+    if (std::regex_search(bws, m, out)) f.allowance_tx_bps += 8000.0 * std::stod(m[1]);
+  }
   return f;
 }
 
@@ -235,6 +270,9 @@ status registry::reconcile() {
       auto facts = parse_domain_xml(xml);
       free(xml);
       vm.vsock_cid = facts.vsock_cid;
+      vm.view_channel = facts.view_channel;
+      vm.allowance_tx_bps = facts.allowance_tx_bps;
+      vm.allowance_rx_bps = facts.allowance_rx_bps;
       if (vm.qemu_pid) vm.taps = resolve_taps(vm.qemu_pid, facts.taps);
     }
     if (vm.qemu_pid) {

@@ -35,7 +35,8 @@ struct vm_thread {
 
 struct vm_tap {
   std::string name;
-  int ifindex = 0;
+  int ifindex = 0;         // in QEMU's network namespace
+  uint32_t netns_ino = 0;  // that namespace: inode of /proc/QEMU_PID/ns/net (0: unknown)
   bool operator==(const vm_tap&) const = default;
 };
 
@@ -47,6 +48,10 @@ struct vm_info {
   std::vector<vm_thread> threads;
   std::vector<vm_tap> taps;
   uint32_t vsock_cid = 0;
+  std::string view_channel;  // host end of the org.magnet.view.0 channel, "" = none
+  // libvirt <bandwidth> on its interfaces, bits/s (0 = none): outbound is
+  // what the guest sends (TX), inbound what it receives (RX).
+  double allowance_tx_bps = 0, allowance_rx_bps = 0;
   std::vector<std::string> cgroups;  // cgroup v2 paths of the VM's threads
   std::set<uint64_t> cgroup_ids;
   bool operator==(const vm_info&) const = default;
@@ -63,9 +68,12 @@ class vm_tagger {
 };
 
 // Pure helpers, exposed for tests.
+inline constexpr const char* kViewChannelName = "org.magnet.view.0";
 struct domain_xml_facts {
   std::vector<std::string> taps;
   uint32_t vsock_cid = 0;
+  std::string view_channel;  // unix socket path of the view channel
+  double allowance_tx_bps = 0, allowance_rx_bps = 0;  // summed over interfaces
 };
 domain_xml_facts parse_domain_xml(const std::string& xml);
 // Threads of a QEMU process by role, from /proc/PID/task/*/comm; vhost

@@ -35,14 +35,14 @@ TEST(HostDaemon, SurvivesMissingLibvirtAndReloadsViewsOnSighup) {
   EXPECT_NE(top.out.find("\"libvirt\":false"), std::string::npos) << top.out;
 
   write_file(views, "views:\n  - name: b\n    filtr: oops\n");
-  kill(d.pid(), SIGHUP);
+  ASSERT_EQ(kill(d.pid(), SIGHUP), 0);
   ASSERT_TRUE(d.wait_for_stderr("[views.rejected]")) << d.stderr_text();
   EXPECT_NE(d.stderr_text().find("unknown key 'filtr'"), std::string::npos) << d.stderr_text();
   EXPECT_EQ(run({MAGNET_BIN, "views", "--socket", sock}).status, 0) << "still serving";
 
   write_file(views, "views:\n  - name: c\n    filter: \"event == net.dev.xmit\"\n    per_vm: true\n"
                     "  - name: all\n    filter: \"event == net.dev\"\n    windows: [{ms: 1000}]\n");
-  kill(d.pid(), SIGHUP);
+  ASSERT_EQ(kill(d.pid(), SIGHUP), 0);
   ASSERT_TRUE(d.wait_for_stderr("[views.reloaded]")) << d.stderr_text();
   // The client: text by default, one view by name, bad options named.
   auto txt = run({MAGNET_BIN, "views", "--socket", sock, "--view", "all"});

@@ -25,6 +25,29 @@ TEST(Registry, DomainXmlGivesTapsAndVsockCid) {
   EXPECT_EQ(parse_domain_xml("<domain/>").vsock_cid, 0u);
 }
 
+TEST(Registry, ViewChannelAndBandwidthFromDomainXml) {
+  const std::string xml = R"(<domain><devices>
+    <interface type='bridge'><target dev='vnet3'/>
+      <bandwidth><inbound average='2500' peak='5000'/><outbound average='1250'/></bandwidth>
+    </interface>
+    <interface type='bridge'><target dev='vnet4'/></interface>
+    <channel type='unix'><source mode='bind' path='/run/x/ctl.sock'/>
+      <target type='virtio' name='org.magnet.ctl.0'/></channel>
+    <channel type='unix'><source path='/run/x/view.sock' mode='bind'/>
+      <target type='virtio' name='org.magnet.view.0'/></channel>
+  </devices></domain>)";
+  auto f = parse_domain_xml(xml);
+  EXPECT_EQ(f.view_channel, "/run/x/view.sock") << "the channel with magnet's name, not another";
+  EXPECT_DOUBLE_EQ(f.allowance_rx_bps, 20e6) << "inbound 2500 kB/s";
+  EXPECT_DOUBLE_EQ(f.allowance_tx_bps, 10e6) << "outbound 1250 kB/s";
+  // QEMU connecting out (mode connect) is not a channel the daemon can dial.
+  auto c = parse_domain_xml(R"(<domain><devices><channel type='unix'>
+    <source mode='connect' path='/tmp/v.sock'/><target type='virtio' name='org.magnet.view.0'/>
+    </channel></devices></domain>)");
+  EXPECT_EQ(c.view_channel, "");
+  EXPECT_EQ(parse_domain_xml("<domain/>").allowance_tx_bps, 0);
+}
+
 TEST(Registry, ThreadRolesFromQemuThreadNames) {
   EXPECT_EQ(classify_thread(10, "CPU 0/KVM", 5).role, "vcpu");
   EXPECT_EQ(classify_thread(10, "CPU 12/TCG", 5).vcpu, 12);
