@@ -89,6 +89,15 @@ vmi_copy_modules() {
   cp "$kroot/lib/modules/$kver"/modules.* "$root/lib/modules/$kver/"
 }
 
+# vmi_copy_libs ROOT BIN: the ldd-resolved libraries of BIN (not BIN itself),
+# except the project's own (libmagnet-*, installed separately).
+vmi_copy_libs() {
+  local root="$1" b="$2" lib
+  while read -r lib; do
+    [[ -n "$lib" && "$lib" != */libmagnet-* ]] && vmi_copy_file "$root" "$lib"
+  done < <(ldd "$b" 2>/dev/null | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}')
+}
+
 # vmi_busybox ROOT: busybox-static + applet symlinks.
 vmi_busybox() {
   local root="$1" a

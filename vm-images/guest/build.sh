@@ -16,8 +16,17 @@ out="$VMI_OUT/guest"
 pkgs=(busybox-static iperf3 libiperf0 socat)
 read -r -a extra <<<"${MAGNET_GUEST_EXTRA:-}"
 for f in "${extra[@]}"; do [[ -e "$f" ]] || vmi_die "missing image input: MAGNET_GUEST_EXTRA file $f"; done
+# The project's guest programs (the agent, the client library and its
+# examples), from the build tree, installed in /usr/bin and /usr/lib.
+gbuild="${MAGNET_BUILD_DIR:-$VMI_REPO/build}/guest"
+gbins=(magnet-agent magnet-watch magnet-poll magnet-adapt magnet-adversary magnet-marker-echo)
+glib=libmagnet-client.so.0
+for f in "${gbins[@]}" "$glib"; do
+  [[ -e "$gbuild/$f" ]] || vmi_die "missing image input: $gbuild/$f (build the project first: tools/build.sh)"
+done
 key="$( { echo "kernel=$kver"; vmi_pkg_versions "${pkgs[@]}"; \
           vmi_hash_files "$here/build.sh" "$here/init" "$here/../common/build-lib.sh" "$here/../common/magnet-ctl"; \
+          for f in "${gbins[@]}" "$glib"; do vmi_hash_files "$gbuild/$f"; done; \
           for f in "${extra[@]}"; do echo "extra=$f"; done; \
           [[ ${#extra[@]} -gt 0 ]] && vmi_hash_files "${extra[@]}"; true; } | sha256sum | cut -d' ' -f1)"
 if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$key" && -f "$out/initrd.img" && -f "$out/vmlinuz" ]]; then
@@ -35,6 +44,20 @@ vmi_busybox "$root"
 vmi_copy_modules "$root" "$kroot" "$kver" virtio_pci virtio_net virtio_console vmw_vsock_virtio_transport virtio_rng virtio_blk
 vmi_copy_bin "$root" /usr/bin/iperf3 /usr/bin/socat
 [[ ${#extra[@]} -gt 0 ]] && vmi_copy_bin "$root" "${extra[@]}"
+mkdir -p "$root/usr/lib/x86_64-linux-gnu" "$root/etc/magnet/rc.d"
+# Without debug information: the initramfs is unpacked at every boot.
+strip --strip-debug -o "$root/usr/lib/x86_64-linux-gnu/$glib" "$gbuild/$glib"
+for b in "${gbins[@]}"; do
+  strip --strip-debug -o "$root/usr/bin/$b" "$gbuild/$b"
+  chmod 0755 "$root/usr/bin/$b"
+  vmi_copy_libs "$root" "$gbuild/$b"
+done
+# The agent starts at boot (before readiness), logging to /run/magnet-agent.log.
+cat >"$root/etc/magnet/rc.d/agent.sh" <<'RC'
+mkdir -p /run/magnet
+/usr/bin/magnet-agent >/run/magnet-agent.log 2>&1 </dev/null &
+echo $! >/run/magnet-agent.pid
+RC
 install -m 0755 "$here/init" "$root/init"
 install -m 0755 "$here/../common/magnet-ctl" "$root/sbin/magnet-ctl"
 printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"

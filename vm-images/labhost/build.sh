@@ -41,7 +41,7 @@ rm -rf "$root"; mkdir -p "$root"/{proc,sys,dev,run,tmp,etc,root,mnt,var/lib,var/
 ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"; ln -s ../run "$root/var/run"
 vmi_busybox "$root"
 vmi_copy_modules "$root" "$kroot" "$kver" virtio_pci virtio_console virtio_rng virtio_net 9pnet_virtio 9p \
-  kvm_amd vhost_net vhost_vsock vmw_vsock_virtio_transport tun bridge veth overlay
+  kvm_amd vhost_net vhost_vsock vsock_loopback vmw_vsock_virtio_transport tun bridge veth overlay
 vmi_copy_bin "$root" "${bins[@]}"
 # Firmware and data QEMU / libvirt need (symlinks dereferenced).
 for d in /usr/share/qemu /usr/share/seabios /usr/lib/ipxe/qemu /usr/share/libvirt; do

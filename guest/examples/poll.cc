@@ -1,0 +1,51 @@
+// magnet-poll: reads the newest value of a few stats once a second
+// (polling style, C++): the shape of an application that looks its view up
+// when it decides something, instead of reacting to every update.
+//
+//   magnet-poll [--socket PATH] [--count N]
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "magnet/client.hpp"
+
+int main(int argc, char** argv) {
+  std::string sock;
+  long count = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
+      sock = argv[++i];
+    } else if (!std::strcmp(argv[i], "--count") && i + 1 < argc) {
+      count = std::atol(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: magnet-poll [--socket PATH] [--count N]\n");
+      return 2;
+    }
+  }
+  magnet::client c(sock);
+  // On change: nothing travels while nothing changes.
+  if (!c.subscribe({"tap.tx_bps", "tap.rx_bps", "vcpu.wait_sum", "link.available_bps"}, 200,
+                   magnet::client::mode::on_change)) {
+    std::fprintf(stderr, "magnet-poll: %s\n", c.error().c_str());
+    return 2;
+  }
+  for (long n = 0; !count || n < count; ++n) {
+    // Keep the connection served for a second, then look the values up.
+    for (int i = 0; i < 5; ++i) c.poll(200);
+    auto tx = c.get("tap.tx_bps"), wait = c.get("vcpu.wait_sum"), avail = c.get("link.available_bps");
+    auto show = [](const char* what, const std::optional<magnet::client::value>& v, double scale,
+                   const char* unit) {
+      if (v && v->valid)
+        std::printf("%s %.3f %s (age %.0f ms)  ", what, v->value / scale, unit, v->age_ns / 1e6);
+      else
+        std::printf("%s -  ", what);
+    };
+    std::printf("%s ", c.connected() ? "connected" : "disconnected");
+    show("tx", tx, 1e6, "Mbit/s");
+    show("vcpu wait", wait, 0.01, "%");
+    show("available", avail, 1e6, "Mbit/s");
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,73 @@
+/* magnet-watch: prints the stats it is given whenever they arrive
+ * (callback style, C).
+ *
+ *   magnet-watch [--socket PATH] [--period MS] [--count N] [STAT...]
+ *
+ * Default stats: link.available_bps tap.tx_bps vcpu.run_sum.  One line per
+ * value: its name, value, unit, validity, window and age; "(gap)" marks the
+ * first values after the agent or the host came back. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "magnet/client.h"
+
+static long printed;
+
+static void on_value(const magnet_value *v, void *user)
+{
+	(void)user;
+	printf("%-24s", v->name ? v->name : "?");
+	if (v->index)
+		printf("[%u]", v->index);
+	if (v->valid)
+		printf(" %14.3f %-8s", v->value, v->unit);
+	else
+		printf(" %14s %-8s", "-", v->unit);
+	printf(" window %.1f s  age %.1f ms%s\n", v->window_ns / 1e9, v->age_ns / 1e6,
+	       v->gap ? "  (gap)" : "");
+	printed++;
+}
+
+int main(int argc, char **argv)
+{
+	const char *sock = NULL, *names[64];
+	size_t n = 0;
+	unsigned period = 1000;
+	long count = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--socket") && i + 1 < argc)
+			sock = argv[++i];
+		else if (!strcmp(argv[i], "--period") && i + 1 < argc)
+			period = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--count") && i + 1 < argc)
+			count = atol(argv[++i]);
+		else if (argv[i][0] == '-') {
+			fprintf(stderr, "usage: magnet-watch [--socket PATH] [--period MS] [--count N] [STAT...]\n");
+			return 2;
+		} else if (n < 64)
+			names[n++] = argv[i];
+	}
+	if (!n) {
+		names[n++] = "link.available_bps";
+		names[n++] = "tap.tx_bps";
+		names[n++] = "vcpu.run_sum";
+	}
+	magnet_client *c = magnet_client_new(sock);
+	if (!c)
+		return 1;
+	if (magnet_client_subscribe(c, names, n, period, MAGNET_CLIENT_PERIODIC) != 0) {
+		fprintf(stderr, "magnet-watch: %s\n", magnet_client_error(c));
+		magnet_client_free(c);
+		return 2;
+	}
+	magnet_client_on_value(c, on_value, NULL);
+	while (!count || printed < count) {
+		if (magnet_client_poll(c, 1000) < 0)
+			fprintf(stderr, "magnet-watch: %s (retrying)\n", magnet_client_error(c));
+		fflush(stdout);
+	}
+	magnet_client_free(c);
+	return 0;
+}
