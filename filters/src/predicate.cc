@@ -143,9 +143,21 @@ struct parser {
   std::string_view s;
   size_t pos = 0;
   predicate& p;
+  // Every walk of the tree (this parser, match(), the pushdown) recurses as
+  // deep as the tree: its height and the nesting of parentheses and 'not'
+  // are bounded, so that no expression can overflow the stack.
+  static constexpr int kMaxDepth = 256;
+  int nesting = 0;             // '(' and 'not' open at pos
+  std::vector<uint16_t> height;  // per node: height of its subtree
 
   static error fail(std::string msg) { return error{"filter: " + std::move(msg)}; }
   std::string col(size_t at) const { return " at column " + std::to_string(at + 1); }
+  error too_deep(size_t at) const {
+    return fail("expression nested too deeply" + col(at) + " (at most " +
+                std::to_string(kMaxDepth) +
+                " levels of parentheses, 'not', 'and' and 'or'; use 'in {...}' for a list of "
+                "values)");
+  }
 
   void skip_ws() {
     while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t' || s[pos] == '\n' || s[pos] == '\r'))
@@ -170,6 +182,10 @@ struct parser {
   }
 
   uint32_t add(predicate::node n) {
+    uint16_t h = 1;
+    if (n.o == op::and_ || n.o == op::or_) h = static_cast<uint16_t>(1 + std::max(height[n.a], height[n.b]));
+    else if (n.o == op::not_) h = static_cast<uint16_t>(1 + height[n.a]);
+    height.push_back(h);
     p.nodes_.push_back(n);
     return static_cast<uint32_t>(p.nodes_.size() - 1);
   }
@@ -180,12 +196,14 @@ struct parser {
     uint32_t left = *l;
     for (;;) {
       skip_ws();
+      const size_t op_pos = pos;
       if (at("||")) pos += 2;
       else if (at_word("or")) pos += 2;
       else return left;
       auto r = parse_and();
       if (!r) return r;
       left = add({op::or_, pfield::event, left, *r});
+      if (height[left] > kMaxDepth) return too_deep(op_pos);
     }
   }
 
@@ -195,44 +213,49 @@ struct parser {
     uint32_t left = *l;
     for (;;) {
       skip_ws();
+      const size_t op_pos = pos;
       if (at("&&")) pos += 2;
       else if (at_word("and")) pos += 3;
       else return left;
       auto r = parse_unary();
       if (!r) return r;
       left = add({op::and_, pfield::event, left, *r});
+      if (height[left] > kMaxDepth) return too_deep(op_pos);
     }
   }
 
   result<uint32_t> parse_unary() {
     skip_ws();
-    if (at("!") && !at("!=")) {
-      ++pos;
-      auto c = parse_unary();
-      if (!c) return c;
-      return add({op::not_, pfield::event, *c, 0});
-    }
-    if (at_word("not")) {
-      pos += 3;
-      auto c = parse_unary();
-      if (!c) return c;
-      return add({op::not_, pfield::event, *c, 0});
-    }
-    if (at("(")) {
-      size_t open = pos++;
-      auto c = parse_or();
-      if (!c) return c;
-      skip_ws();
-      if (!at(")")) {
-        if (pos >= s.size())
-          return fail("unbalanced parenthesis: '(' at column " + std::to_string(open + 1) +
-                      " is not closed");
-        return fail("expected ')' or an operator" + col(pos) + ", found " + found());
-      }
-      ++pos;
+    const bool bang = at("!") && !at("!="), word = !bang && at_word("not");
+    if (bang || word || at("(")) {
+      if (++nesting > kMaxDepth) return too_deep(pos);
+      auto c = parse_nested(bang ? 1 : word ? 3 : 0);
+      --nesting;
       return c;
     }
     return parse_comparison();
+  }
+
+  // 'not' (@len 1 or 3: the operator's length) or a parenthesis (0) at pos.
+  result<uint32_t> parse_nested(size_t len) {
+    if (len) {
+      pos += len;
+      auto c = parse_unary();
+      if (!c) return c;
+      return add({op::not_, pfield::event, *c, 0});
+    }
+    size_t open = pos++;
+    auto c = parse_or();
+    if (!c) return c;
+    skip_ws();
+    if (!at(")")) {
+      if (pos >= s.size())
+        return fail("unbalanced parenthesis: '(' at column " + std::to_string(open + 1) +
+                    " is not closed");
+      return fail("expected ')' or an operator" + col(pos) + ", found " + found());
+    }
+    ++pos;
+    return c;
   }
 
   result<uint32_t> parse_comparison() {

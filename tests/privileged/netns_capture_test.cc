@@ -69,7 +69,11 @@ class NetnsCapture : public ::testing::Test {
     if (geteuid() != 0) GTEST_SKIP() << "needs root (loads BPF, creates namespaces)";
   }
 
-  // Starts `magnet record` and waits until its probes are attached.
+  // Starts `magnet record` and waits until its probes are attached.  No
+  // wait is needed before stopping it: the probes write their records
+  // synchronously on the traffic's own path (done when the exchange's
+  // processes are), and `magnet record` detaches and drains everything
+  // buffered, lost counts included, on SIGINT/SIGTERM.
   std::unique_ptr<child> start_record(const std::string& out, std::vector<std::string> extra) {
     std::vector<std::string> argv = {MAGNET_BIN, "record", "-o", out};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -108,7 +112,6 @@ void NetnsCapture::udp_journey() {
   auto rec_proc = start_record(t.path, {"--probes", "net"});
   const int n = 500, size = 1000;
   auto [tx, rx] = udp_exchange(v, n, size, true);
-  usleep(200000);
   ASSERT_EQ(rec_proc->stop(SIGINT), 0) << rec_proc->stderr_text();
 
   auto recs = read_trace(t.path);
@@ -160,7 +163,6 @@ TEST_F(NetnsCapture, TcpByteTotalsAreExactAtSocketAndTransportLayers) {
   auto x = test::tcp_transfer(v, total, kTcpSrc, kTcpDst);
   ASSERT_EQ(x.client_rc, 0);
   ASSERT_EQ(x.server_rc, 0) << "server received every byte";
-  usleep(200000);
   ASSERT_EQ(rec_proc->stop(SIGINT), 0) << rec_proc->stderr_text();
 
   std::map<uint16_t, int64_t> bytes;
@@ -219,7 +221,6 @@ TEST_F(NetnsCapture, TinyBufferLosesRecordsAndLostRecordsAccountForEveryOne) {
                "flow == " + flow});
   const int n = 3000;
   udp_exchange(v, n, 200, true);
-  usleep(300000);
   ASSERT_EQ(rec_proc->stop(SIGINT), 0) << rec_proc->stderr_text();
 
   std::map<uint16_t, int64_t> got, lost;
@@ -241,17 +242,38 @@ TEST_F(NetnsCapture, TinyBufferLosesRecordsAndLostRecordsAccountForEveryOne) {
 TEST_F(NetnsCapture, KernelFilterOnTgidKeepsOnlyThatProcess) {
   veth_pair v;
   temp_trace t;
-  // Filter on our own tgid: the traffic below comes from child processes,
-  // so nothing of it may appear.
-  auto rec_proc = start_record(
-      t.path, {"--probes", "net.sock", "--filter", "tgid == " + std::to_string(getpid())});
-  udp_exchange(v, 50, 100, false);
-  usleep(200000);
+  // Two senders, one flow each: the recording filters on the tgid of the
+  // second (kept), which waits until the first (filtered out) is done.
+  constexpr uint16_t kKeptSrc = 5002, kKeptDst = 6002;
+  const int n_out = 50, n_kept = 40;
+  pid_t kept = -1;
+  std::unique_ptr<child> rec_proc;
+  auto r = test::udp_exchange(v, n_kept, 100, kKeptSrc, kKeptDst, false, [&](pid_t tx) {
+    kept = tx;
+    rec_proc = start_record(t.path, {"--probes", "net.sock", "--filter",
+                                     "tgid == " + std::to_string(tx)});
+    udp_exchange(v, n_out, 100, false);
+  });
+  EXPECT_EQ(r.tx_rc, 0) << "kept sender";
+  EXPECT_EQ(r.rx_rc, 0) << "kept flow's receiver got every datagram";
+  ASSERT_TRUE(rec_proc);
   ASSERT_EQ(rec_proc->stop(SIGTERM), 0) << "SIGTERM stops as cleanly as SIGINT";
-  int ours = 0;
-  for (const auto& r : read_trace(t.path))
-    if (has_ports(r, kUdpSrc, kUdpDst)) ++ours;
-  EXPECT_EQ(ours, 0);
+  int filtered_out = 0, kept_send = 0, kept_recv = 0, other_tgid = 0;
+  for (const auto& rec : read_trace(t.path)) {
+    const uint16_t type = rec.h().type;
+    if (type < 0x0100) continue;  // stream records
+    if (static_cast<pid_t>(rec.h().tgid) != kept) ++other_tgid;
+    if (has_ports(rec, kUdpSrc, kUdpDst)) ++filtered_out;
+    if (has_ports(rec, kKeptSrc, kKeptDst) && type == MAGNET_EV_NET_SOCK_SEND) ++kept_send;
+    // The receiver is another process: none of its records either.
+    if (has_ports(rec, kKeptDst, kKeptSrc) || (has_ports(rec, kKeptSrc, kKeptDst) &&
+                                               type == MAGNET_EV_NET_SOCK_RECV))
+      ++kept_recv;
+  }
+  EXPECT_EQ(filtered_out, 0) << "records of the filtered-out process";
+  EXPECT_EQ(kept_send, n_kept) << "every send of the kept process is recorded";
+  EXPECT_EQ(kept_recv, 0) << "records of the kept flow's receiver (another process)";
+  EXPECT_EQ(other_tgid, 0) << "records of any process but the kept one";
 }
 
 TEST_F(NetnsCapture, SamplingOneInTenAtTheSocketLayer) {
@@ -259,7 +281,6 @@ TEST_F(NetnsCapture, SamplingOneInTenAtTheSocketLayer) {
   temp_trace t;
   auto rec_proc = start_record(t.path, {"--probes", "net.sock.send", "--sample", "10"});
   udp_exchange(v, 200, 100, false);
-  usleep(200000);
   ASSERT_EQ(rec_proc->stop(SIGINT), 0);
   int ours = 0;
   for (const auto& r : read_trace(t.path))

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -152,8 +153,10 @@ ns_task::ns_task(const std::string& ns, std::function<int(const std::function<vo
   pid_ = fork();
   if (pid_ == 0) {
     close(p[0]);
-    int fd = open(("/run/netns/" + ns).c_str(), O_RDONLY);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(120);
+    if (!ns.empty()) {
+      int fd = open(("/run/netns/" + ns).c_str(), O_RDONLY);
+      if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(120);
+    }
     int w = p[1];
     int rc = fn([w] {
       char c = 1;
@@ -186,6 +189,11 @@ int ns_task::join(int timeout_s) {
   return rc;
 }
 
+uint32_t netns_ino(const std::string& ns) {
+  struct stat st;
+  return stat(("/run/netns/" + ns).c_str(), &st) == 0 ? static_cast<uint32_t>(st.st_ino) : 0;
+}
+
 veth_pair::veth_pair() {
   std::string id = std::to_string(getpid());
   ns_a = "magnet-ta-" + id;
@@ -195,6 +203,8 @@ veth_pair::veth_pair() {
   vb.resize(std::min<size_t>(vb.size(), 15));
   sh("ip netns add " + ns_a);
   sh("ip netns add " + ns_b);
+  netns_ino_a = netns_ino(ns_a);
+  netns_ino_b = netns_ino(ns_b);
   for (const auto& ns : {ns_a, ns_b})
     sh("ip netns exec " + ns +
        " sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
@@ -233,10 +243,39 @@ sockaddr_in inet_addr_of(const std::string& ip, uint16_t port) {
 }  // namespace
 
 udp_exchange_result udp_exchange(const veth_pair& v, int n, int size, uint16_t sport,
-                                 uint16_t dport, bool pace) {
+                                 uint16_t dport, bool pace,
+                                 const std::function<void(pid_t)>& before_send) {
+  return udp_flow(v.ns_a, v.addr_a, v.ns_b, v.addr_b, n, size, sport, dport, pace, before_send);
+}
+
+udp_exchange_result udp_flow(const std::string& ns_tx, const std::string& addr_tx,
+                             const std::string& ns_rx, const std::string& addr_rx, int n,
+                             int size, uint16_t sport, uint16_t dport, bool pace,
+                             const std::function<void(pid_t)>& before_send) {
   udp_exchange_result res;
-  auto src = inet_addr_of(v.addr_a, sport), dst = inet_addr_of(v.addr_b, dport);
-  ns_task rx(v.ns_b, [&](const std::function<void()>& ready) {
+  auto src = inet_addr_of(addr_tx, sport), dst = inet_addr_of(addr_rx, dport);
+  // The sender is set up first and waits for a byte on @go before sending,
+  // so that before_send knows its pid.
+  int go[2];
+  if (pipe2(go, O_CLOEXEC)) return res;
+  ns_task tx(ns_tx, [&](const std::function<void()>&) {
+    close(go[1]);
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    if (bind(s, reinterpret_cast<const sockaddr*>(&src), sizeof src)) return 2;
+    if (connect(s, reinterpret_cast<const sockaddr*>(&dst), sizeof dst)) return 3;
+    char c;
+    if (read(go[0], &c, 1) != 1) return 5;
+    std::vector<char> buf(static_cast<size_t>(size), 'm');
+    for (int i = 0; i < n; ++i) {
+      if (send(s, buf.data(), buf.size(), 0) != size) return 4;
+      if (pace && i % 50 == 49) usleep(1000);
+    }
+    return 0;
+  });
+  close(go[0]);
+  if (before_send) before_send(tx.pid());
+  ns_task rx(ns_rx, [&](const std::function<void()>& ready) {
+    close(go[1]);
     int s = socket(AF_INET, SOCK_DGRAM, 0);
     int big = 8 << 20;
     setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
@@ -250,22 +289,14 @@ udp_exchange_result udp_exchange(const veth_pair& v, int n, int size, uint16_t s
       if (recv(s, buf.data(), buf.size(), 0) != size) return 3;
     return 0;
   });
-  if (!rx.wait_ready()) return res;
-  ns_task tx(v.ns_a, [&](const std::function<void()>&) {
-    int s = socket(AF_INET, SOCK_DGRAM, 0);
-    if (bind(s, reinterpret_cast<const sockaddr*>(&src), sizeof src)) return 2;
-    if (connect(s, reinterpret_cast<const sockaddr*>(&dst), sizeof dst)) return 3;
-    std::vector<char> buf(static_cast<size_t>(size), 'm');
-    for (int i = 0; i < n; ++i) {
-      if (send(s, buf.data(), buf.size(), 0) != size) return 4;
-      if (pace && i % 50 == 49) usleep(1000);
-    }
-    return 0;
-  });
+  const bool rx_ready = rx.wait_ready();
+  // Without a ready receiver the sender gets EOF instead of the byte and ends.
+  if (rx_ready) (void)!write(go[1], "g", 1);
+  close(go[1]);
   res.tx = tx.pid();
   res.rx = rx.pid();
   res.tx_rc = tx.join();
-  res.rx_rc = rx.join();
+  res.rx_rc = rx_ready ? rx.join() : -1;
   return res;
 }
 

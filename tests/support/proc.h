@@ -39,9 +39,9 @@ class child {
   std::string err_path_;
 };
 
-// fork(); the child enters /run/netns/@ns and runs @fn; its return value is
-// the exit code.  @ready (optional) lets the child tell the parent it is set
-// up (call it once).
+// fork(); the child enters /run/netns/@ns (@ns empty: stays in the caller's
+// namespace) and runs @fn; its return value is the exit code.  @ready
+// (optional) lets the child tell the parent it is set up (call it once).
 class ns_task {
  public:
   ns_task(const std::string& ns, std::function<int(const std::function<void()>& ready)> fn);
@@ -55,6 +55,10 @@ class ns_task {
   int ready_fd_ = -1;
 };
 
+// The inode of /run/netns/@ns (what the kernel calls net->ns.inum), 0 if
+// there is no such namespace.
+uint32_t netns_ino(const std::string& ns);
+
 class veth_pair {
  public:
   // Namespaces magnet-t{a,b}-PID, 10.199.0.1/24 <-> 10.199.0.2/24, IPv6
@@ -65,19 +69,27 @@ class veth_pair {
   std::string ns_a, ns_b;
   std::string addr_a = "10.199.0.1", addr_b = "10.199.0.2";
   int ifindex_a = 0, ifindex_b = 0;
+  uint32_t netns_ino_a = 0, netns_ino_b = 0;  // of ns_a, ns_b
 };
 
 // @n UDP datagrams of @size bytes from ns_a:@sport to ns_b:@dport, both
 // sockets connected (as iperf3's are: the receiving socket then knows its
 // peer); @pace sleeps 1 ms every 50 datagrams to stay below the receiver's
 // buffer.  The exit codes are 0 when the sender sent and the receiver got
-// every datagram.
+// every datagram.  @before_send (optional) is called with the sender's pid
+// once the sender is set up and before it sends anything.
 struct udp_exchange_result {
   pid_t tx = -1, rx = -1;
   int tx_rc = -1, rx_rc = -1;
 };
 udp_exchange_result udp_exchange(const veth_pair& v, int n, int size, uint16_t sport,
-                                 uint16_t dport, bool pace);
+                                 uint16_t dport, bool pace,
+                                 const std::function<void(pid_t)>& before_send = {});
+// The same between any two namespaces (empty: the caller's) and addresses.
+udp_exchange_result udp_flow(const std::string& ns_tx, const std::string& addr_tx,
+                             const std::string& ns_rx, const std::string& addr_rx, int n,
+                             int size, uint16_t sport, uint16_t dport, bool pace,
+                             const std::function<void(pid_t)>& before_send = {});
 
 // One TCP connection ns_a:@sport -> ns_b:@dport carrying @total bytes, then
 // closed.  The exit codes are 0 when the server received every byte.

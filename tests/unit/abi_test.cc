@@ -3,7 +3,9 @@
 
 #include <cstddef>
 #include <set>
+#include <iterator>
 #include <string>
+#include <string_view>
 
 #include "magnet/control.h"
 #include "magnet/events.h"
@@ -73,6 +75,60 @@ TEST(Abi, ProbeSlotsMapBothWays) {
     EXPECT_NE(find_event(t), nullptr);
   }
   EXPECT_EQ(probe_slot(MAGNET_EV_LOST), -1);
+}
+
+// Each slot is its own probe's: the slot MAGNET_P_X (the index the BPF
+// programs use) holds the event MAGNET_EV_X of the proto catalogue, whose
+// name is the one given here.  A bijection with two entries swapped passes
+// the test above and fails this one.
+TEST(Abi, EachProbeSlotHoldsTheEventOfItsOwnName) {
+  struct slot {
+    int slot;
+    uint16_t type;
+    std::string_view name;
+  };
+#define SLOT(sym, name) slot{MAGNET_P_##sym, MAGNET_EV_##sym, name}
+  constexpr slot kSlots[] = {
+      SLOT(NET_SOCK_SEND, "net.sock.send"),
+      SLOT(NET_SOCK_RECV, "net.sock.recv"),
+      SLOT(NET_L4_SEND, "net.l4.send"),
+      SLOT(NET_L4_RECV, "net.l4.recv"),
+      SLOT(NET_IP_SEND, "net.ip.send"),
+      SLOT(NET_IP_RECV, "net.ip.recv"),
+      SLOT(NET_DEV_XMIT, "net.dev.xmit"),
+      SLOT(NET_DEV_RECV, "net.dev.recv"),
+      SLOT(NET_TCP_STATE, "net.tcp.state"),
+      SLOT(SCHED_SWITCH, "sched.switch"),
+      SLOT(SCHED_WAKEUP, "sched.wakeup"),
+      SLOT(PROC_FORK, "proc.fork"),
+      SLOT(PROC_EXIT, "proc.exit"),
+      SLOT(BLK_ISSUE, "blk.issue"),
+      SLOT(BLK_COMPLETE, "blk.complete"),
+      SLOT(KVM_EXIT, "kvm.exit"),
+      SLOT(KVM_ENTRY, "kvm.entry"),
+      SLOT(KVM_USERSPACE_EXIT, "kvm.userspace_exit"),
+      SLOT(KVM_WAKEUP, "kvm.wakeup"),
+      SLOT(KVM_HALT_POLL, "kvm.halt_poll"),
+      SLOT(NET_DROP, "net.drop"),
+      SLOT(VMNET_QUEUE_TX, "vmnet.queue.tx"),
+      SLOT(VMNET_QUEUE_RX, "vmnet.queue.rx"),
+      SLOT(VMNET_VHOST_TX, "vmnet.vhost.tx"),
+      SLOT(VMNET_VHOST_RX, "vmnet.vhost.rx"),
+  };
+#undef SLOT
+  static_assert(std::size(kSlots) == MAGNET_NPROBES, "a slot without a line here");
+  std::set<int> seen;
+  for (const auto& s : kSlots) {
+    SCOPED_TRACE(std::string(s.name));
+    EXPECT_TRUE(seen.insert(s.slot).second) << "slot " << s.slot << " listed twice";
+    EXPECT_EQ(probe_type(s.slot), s.type) << "slot " << s.slot << " holds "
+                                          << event_name(probe_type(s.slot));
+    EXPECT_EQ(probe_slot(s.type), s.slot);
+    EXPECT_EQ(event_name(probe_type(s.slot)), s.name);
+    const auto* e = find_event(s.name);
+    ASSERT_NE(e, nullptr) << "not in the catalogue";
+    EXPECT_EQ(e->type, s.type);
+  }
 }
 
 TEST(Abi, FlowIdDependsOnDirectionAndEveryTupleField) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -262,6 +263,35 @@ TEST(Record, TextAndJsonCarryPayloadFields) {
   EXPECT_NE(json.find("\"event\":\"sched.switch\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"prev_comm\":\"iperf3\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"prev_state\":-1"), std::string::npos) << json;
+}
+
+// The trace_file fuzzer's seed corpus stays meaningful as the format
+// evolves: the "ok-" seeds (both byte orders) read to the end, the "bad-"
+// ones are refused with a message, at open or at a record.
+TEST(TraceFile, FuzzSeedsReadAsNamed) {
+  namespace fs = std::filesystem;
+  int n = 0, foreign = 0;
+  for (const auto& ent : fs::directory_iterator(MAGNET_SOURCE_DIR "/fuzz/corpus/trace_file")) {
+    const std::string name = ent.path().filename();
+    SCOPED_TRACE(name);
+    ++n;
+    auto r = trace_reader::open(ent.path());
+    std::string err;
+    if (!r) {
+      err = r.err().message;
+    } else {
+      foreign += r->foreign_endian();
+      auto v = r->validate();
+      if (!v) err = v.err().message;
+    }
+    if (name.rfind("ok-", 0) == 0) {
+      EXPECT_EQ(err, "");
+    } else {
+      EXPECT_NE(err, "") << "a damaged trace read without an error";
+    }
+  }
+  EXPECT_GE(n, 15);
+  EXPECT_GE(foreign, 2) << "seeds of the other byte order";
 }
 
 }  // namespace

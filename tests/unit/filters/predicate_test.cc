@@ -54,6 +54,43 @@ TEST(PredicateParse, MissingValue) {
   EXPECT_HAS(E("cpu in {1 2}"), "expected ',' or '}' in set at column 11");
 }
 
+// Found while fuzzing the language, with hand-made inputs (the fuzzer, its
+// inputs capped at 4096 bytes, did not reach it in 60 s): every walk of the
+// expression tree (the parser, match(), the pushdown) recursed as deep as
+// the tree, so 100 000 parentheses, 'not's or 'or'ed terms overflowed the
+// stack (`magnet record --filter`, a view file).  Depth is now bounded at
+// parse time; a long list of values belongs in 'in {...}' (one node).
+TEST(PredicateParse, NestingAndChainsAreBoundedNotAStackOverflow) {
+  const int n = 100000;
+  std::string parens = std::string(n, '(') + "cpu == 1" + std::string(n, ')');
+  EXPECT_HAS(E(parens), "filter: expression nested too deeply at column 257");
+  std::string nots;
+  for (int i = 0; i < n; ++i) nots += "not ";
+  EXPECT_HAS(E(nots + "cpu == 1"), "nested too deeply");
+  std::string ors = "cpu == 0", ands = "tgid != 0", set = "cpu in {0";
+  for (int i = 1; i < n; ++i) {
+    ors += " or cpu == " + std::to_string(i % 60000);
+    ands += " && tgid != " + std::to_string(i);
+    set += ", " + std::to_string(i % 60000);
+  }
+  EXPECT_HAS(E(ors), "filter: expression nested too deeply at column");
+  EXPECT_HAS(E(ors), "use 'in {...}'");
+  EXPECT_HAS(E(ands), "nested too deeply");
+  // The same values as a set: fine, and pushed down.
+  auto p = P(set + "}");
+  ASSERT_TRUE(p.push().cpu);
+  EXPECT_EQ(p.push().cpu->size(), 60000u);
+  // Up to the bound: 256 levels.
+  EXPECT_TRUE(predicate::parse(std::string(255, '(') + "cpu == 1" + std::string(255, ')')));
+  std::string ors255 = "cpu == 0";
+  for (int i = 1; i < 256; ++i) ors255 += " or cpu == " + std::to_string(i);
+  auto q = P(ors255);
+  EXPECT_TRUE(q.match(sched_rec({.type = MAGNET_EV_SCHED_SWITCH, .cpu = 255}).data()));
+  EXPECT_FALSE(q.match(sched_rec({.type = MAGNET_EV_SCHED_SWITCH, .cpu = 256}).data()));
+  ASSERT_TRUE(q.push().cpu);
+  EXPECT_EQ(q.push().cpu->size(), 256u);
+}
+
 TEST(PredicateParse, Operators) {
   EXPECT_HAS(E("cpu = 1"), "'=' is not an operator at column 5; use '=='");
   EXPECT_HAS(E("cpu 1"), "expected an operator (==, !=, <, <=, >, >=, in) after 'cpu' at column 5");
