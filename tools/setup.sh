@@ -5,12 +5,14 @@ set -euo pipefail
 
 packages=(
   # build
-  build-essential cmake pkg-config clang llvm
+  build-essential cmake pkg-config clang llvm libclang-rt-14-dev
   libbpf-dev bpftool libelf-dev zlib1g-dev
   libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libvirt-dev
   # run and test: traffic, capture comparison, namespaces
   iproute2 iperf3 tcpdump procps util-linux python3
+  # bench/adapt and tools/demo: the plot of rates over time
+  gnuplot-nox
   # lab: VMs and their images
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
   busybox-static cpio kmod socat
