@@ -42,4 +42,24 @@ check() {  # guest address port other min max
 }
 check g1 10.77.0.11 5701 10.77.0.12 16 24
 check g2 10.77.0.12 5702 10.77.0.11 4 6
+# Part 2, inside each VM: its own view as its agent printed it, and nothing
+# of the other VM (its name or address).
+in_guest() {  # guest other_name other_address
+  awk -v g="$1" '/^-- in / { on = ($3 == g ":"); next } /^(==|--) / { on = 0 } on' "$out"
+}
+for pair in "g1 g2 10.77.0.12" "g2 g1 10.77.0.11"; do
+  read -r g other oip <<<"$pair"
+  sec=$(in_guest "$g")
+  grep -q "this VM's view" <<<"$sec" || fail "no view printed inside $g"
+  grep -qE 'tap\.tx_bps ' <<<"$sec" || fail "$g's in-guest view has no tap.tx_bps"
+  if grep -qwE "$other|${oip//./\\.}" <<<"$sec"; then fail "$g's in-guest view names $other"; fi
+  echo "demo_test: $g's own view printed inside it, nothing of $other"
+done
+
+# Part 3: the adaptive sender's table, its targets and the plot file.
+grep -qE '^adaptive +1 +alone' "$out" || fail "no table of the adaptive sender"
+grep -qE '^(MET|MISS) +follows every change' "$out" || fail "no verdict on following the changes"
+plot=$(sed -n 's/^plot: //p' "$out")
+[[ -n "$plot" && -s "$plot" ]] || fail "no plot file named, or it is empty ('$plot')"
+echo "demo_test: the adaptive sender ran; plot $plot"
 echo "demo_test: ok"

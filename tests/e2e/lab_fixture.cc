@@ -391,4 +391,19 @@ double IperfReceivedBitsPerSecond(const std::string& json) {
   return j["end"]["sum_received"]["bits_per_second"].get<double>();  // 3.12: UDP receiver side
 }
 
+double IperfMedianBitsPerSecond(const std::string& json, double from_s, double to_s) {
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.contains("intervals")) return -1;
+  std::vector<double> v;
+  for (const auto& i : j["intervals"]) {
+    const auto& s = i["sum"];
+    double a = s.value("start", 0.0), b = s.value("end", 0.0);
+    if (a < from_s - 0.01 || b > to_s + 0.01 || b <= a) continue;
+    v.push_back(s.value("bits_per_second", 0.0));
+  }
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 }  // namespace magnet::e2e

@@ -90,5 +90,8 @@ std::map<std::string, long> ConnectionEvents(const std::string& reply, const std
                                              int vm);
 // iperf3 -s -J: what the server received over the whole UDP test; -1 if absent.
 double IperfReceivedBitsPerSecond(const std::string& json);
+// The median of the server's per-second intervals lying within [from, to]
+// (seconds since the test started), or -1.
+double IperfMedianBitsPerSecond(const std::string& json, double from_s, double to_s);
 
 }  // namespace magnet::e2e
