@@ -1445,6 +1445,20 @@ static __always_inline bool mg_same_packet(struct sk_buff *skb, const struct mg_
 	return mg_l3_flow(skb, l3, direct, &ip_id, &pf) == q->flow && ip_id == q->ip_id;
 }
 
+/* Whether @skb was addressed to one host (PACKET_HOST, 0) rather than to a
+ * group or to all (PACKET_MULTICAST, PACKET_BROADCAST) or to another host.
+ * The bridge floods a VM's multicast and broadcast frames as copies and
+ * delivers the original to the host's own stack, which discards what it
+ * did not join (ip6_mc_input): that is filtering, not a loss on the VM's
+ * path, so drops past the tap are attributed to a VM for unicast only. */
+static __always_inline bool mg_unicast(struct sk_buff *skb, bool direct)
+{
+	__u8 t = direct ? BPF_CORE_READ_BITFIELD(skb, pkt_type)
+			: BPF_CORE_READ_BITFIELD_PROBED(skb, pkt_type);
+
+	return t == 0;
+}
+
 static __always_inline int mg_drop_event(struct sk_buff *skb, void *location,
 					 __u32 reason, bool direct)
 {
@@ -1472,7 +1486,7 @@ static __always_inline int mg_drop_event(struct sk_buff *skb, void *location,
 		__u64 key = mg_ptr_bits(skb);
 		struct mg_queued *q = bpf_map_lookup_elem(&queued_tx, &key);
 
-		if (q && mg_same_packet(skb, q, direct)) {
+		if (q && mg_unicast(skb, direct) && mg_same_packet(skb, q, direct)) {
 			ev.vm = q->vm;
 			rflags = q->rflags;
 		}
