@@ -356,19 +356,44 @@ lab_local_down() {
 lab_labhost_dir() { echo "$LAB_STATE/labhost"; }
 lab_labhost_sock() { echo "$(lab_labhost_dir)/ctl.sock"; }
 
+LAB_LABHOST_DIED="magnet-lab: the lab host QEMU ended without being stopped"
+
+# lab_labhost_stop: end the lab host QEMU, marked as an intended stop for its watcher.
+lab_labhost_stop() {
+  touch "$(lab_labhost_dir)/stopping" 2>/dev/null || true
+  lab_kill_pid labhost
+}
+
 lab_labhost_start() {
   local d img pid to
   d="$(lab_labhost_dir)"; img="$(lab_images_dir)/labhost"
   mkdir -p "$d"
   lab_check_file "lab host kernel" "$img/vmlinuz" || return 1
   lab_check_file "lab host initrd" "$img/initrd.img" || return 1
-  rm -f "$d/ctl.sock" "$d/console.sock" "$d/console.log" "$d/qemu.pid"
-  if ! qemu-system-x86_64 -name magnet-labhost,debug-threads=on -accel tcg -cpu max -smp 2 -m "${MAGNET_LAB_LABHOST_MEM_MB:-3072}" \
+  rm -f "$d/ctl.sock" "$d/console.sock" "$d/console.log" "$d/qemu.pid" "$d/stopping"
+  # QEMU runs in the foreground of a detached watcher (not -daemonize, which sends its stderr
+  # to /dev/null): when it ends and the lab did not stop it, the watcher writes its exit status,
+  # its stderr and any OOM kill of it by this machine's kernel to the end of the console log,
+  # where tools/test looks for a lab host that died (LAB_LABHOST_DIED).
+  MAGNET_LAB_LABHOST_D="$d" setsid bash -c '
+    d=$MAGNET_LAB_LABHOST_D
+    "$@" </dev/null >/dev/null 2>"$d/qemu.err" &
+    q=$!
+    wait "$q"; rc=$?
+    [[ -e $d/stopping ]] && exit 0
+    how="exit status $rc"; ((rc > 128)) && how="signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null))"
+    {
+      echo
+      echo "'"$LAB_LABHOST_DIED"' (pid $q): $how"
+      sed "s/^/  qemu stderr: /" "$d/qemu.err" 2>/dev/null | tail -n 20
+      dmesg 2>/dev/null | grep -E "Killed process $q\b|oom-kill:.*pid=$q\b" | sed "s/^/  host kernel: /"
+    } >>"$d/console.log"
+  ' lab-labhost-watch qemu-system-x86_64 -name magnet-labhost,debug-threads=on -accel tcg -cpu max -smp 2 -m "${MAGNET_LAB_LABHOST_MEM_MB:-3072}" \
       -nodefaults -no-reboot -nic none -display none \
       -monitor "unix:$d/monitor.sock,server=on,wait=off" \
       -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
       -append "$(cat "$img/cmdline-base") softlockup_panic=1 rcupdate.rcu_cpu_stall_timeout=120 ${MAGNET_LAB_LABHOST_APPEND:-} magnet.role=labhost magnet.name=labhost" \
-      -chardev "socket,id=con0,path=$d/console.sock,server=on,wait=off,logfile=$d/console.log" \
+      -chardev "socket,id=con0,path=$d/console.sock,server=on,wait=off,logfile=$d/console.log,logappend=on" \
       -serial chardev:con0 \
       -device virtio-serial-pci \
       -chardev "socket,id=ctl0,path=$d/ctl.sock,server=on,wait=off" \
@@ -376,8 +401,15 @@ lab_labhost_start() {
       -device virtio-rng-pci \
       -virtfs "local,path=$(lab_build_dir),mount_tag=magnetbuild,security_model=none,readonly=on" \
       -virtfs "local,path=$LAB_REPO,mount_tag=magnetsrc,security_model=none,readonly=on" \
-      -pidfile "$d/qemu.pid" -daemonize 2>"$d/qemu.err"; then
-    lab_err "starting the lab host QEMU failed: $(cat "$d/qemu.err")"; return 1
+      -pidfile "$d/qemu.pid" </dev/null >/dev/null 2>&1 &
+  local i
+  for i in $(seq 1 100); do
+    [[ -s "$d/qemu.pid" ]] && break
+    grep -q "$LAB_LABHOST_DIED" "$d/console.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  if [[ ! -s "$d/qemu.pid" ]]; then
+    lab_err "starting the lab host QEMU failed: $(cat "$d/qemu.err" 2>/dev/null)"; return 1
   fi
   pid="$(cat "$d/qemu.pid")"
   lab_state_set pid.labhost "$pid"
@@ -432,7 +464,7 @@ lab_nested_up() {
       keep="$(lab_build_dir)/lab-logs/nested-attempt-$attempt-failed-$(date +%Y%m%d-%H%M%S)"
       lab_collect "$keep" >/dev/null 2>&1 || true
       lab_err "attempt $attempt: the lab host died or stopped answering (logs kept in $keep); retrying"
-      lab_kill_pid labhost
+      lab_labhost_stop
     else
       lab_err "the lab host died or stopped answering; console log: $(lab_labhost_dir)/console.log"
     fi
@@ -446,7 +478,7 @@ lab_nested_down() {
   if kill -0 "$(lab_state_get pid.labhost)" 2>/dev/null && lab_ctl_ping "$(lab_labhost_sock)"; then
     lab_labhost_lab 60 down >/dev/null 2>&1 || true
   fi
-  lab_kill_pid labhost
+  lab_labhost_stop
 }
 
 # ---------------------------------------------------------------------------------------------
