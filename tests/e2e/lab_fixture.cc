@@ -391,7 +391,16 @@ double IperfReceivedBitsPerSecond(const std::string& json) {
   return j["end"]["sum_received"]["bits_per_second"].get<double>();  // 3.12: UDP receiver side
 }
 
-double IperfMedianBitsPerSecond(const std::string& json, double from_s, double to_s) {
+double InterquartileMean(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const size_t cut = v.size() / 4;
+  double sum = 0;
+  for (size_t i = cut; i < v.size() - cut; ++i) sum += v[i];
+  return sum / static_cast<double>(v.size() - 2 * cut);
+}
+
+double IperfCentralBitsPerSecond(const std::string& json, double from_s, double to_s) {
   auto j = nlohmann::json::parse(json, nullptr, false);
   if (j.is_discarded() || !j.contains("intervals")) return -1;
   std::vector<double> v;
@@ -401,9 +410,7 @@ double IperfMedianBitsPerSecond(const std::string& json, double from_s, double t
     if (a < from_s - 0.01 || b > to_s + 0.01 || b <= a) continue;
     v.push_back(s.value("bits_per_second", 0.0));
   }
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  return InterquartileMean(std::move(v));
 }
 
 }  // namespace magnet::e2e

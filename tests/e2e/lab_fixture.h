@@ -90,8 +90,13 @@ std::map<std::string, long> ConnectionEvents(const std::string& reply, const std
                                              int vm);
 // iperf3 -s -J: what the server received over the whole UDP test; -1 if absent.
 double IperfReceivedBitsPerSecond(const std::string& json);
-// The median of the server's per-second intervals lying within [from, to]
-// (seconds since the test started), or -1.
-double IperfMedianBitsPerSecond(const std::string& json, double from_s, double to_s);
+// The interquartile mean (the mean of the middle half, the lowest and
+// highest quarter left out) of @v, or -1 when empty: a rate's central value
+// over bursty per-second samples, steadier than their median and not moved
+// by a stalled second and the burst after it.
+double InterquartileMean(std::vector<double> v);
+// InterquartileMean of the server's per-second intervals lying within
+// [from, to] (seconds since the test started), or -1.
+double IperfCentralBitsPerSecond(const std::string& json, double from_s, double to_s);
 
 }  // namespace magnet::e2e

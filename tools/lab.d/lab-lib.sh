@@ -207,7 +207,7 @@ lab_libvirt_start() {
   lab_state_set pid.libvirtd "$(cat "$LAB_STATE/libvirtd.pid" 2>/dev/null || echo 0)"
   local deadline=$(( $(lab_now) + ${MAGNET_LAB_LIBVIRTD_TIMEOUT:-60} ))
   while (( $(lab_now) < deadline )); do
-    if lab_virsh version >/dev/null 2>&1; then return 0; fi
+    if lab_virsh version >/dev/null 2>&1; then lab_qemu_events_start; return 0; fi
     if ! kill -0 "$(lab_state_get pid.libvirtd)" 2>/dev/null; then break; fi
     sleep 0.2
   done
@@ -334,6 +334,18 @@ lab_local_up() {
   lab_state_set up 1
 }
 
+# Every guest QEMU's SHUTDOWN event (QMP, through libvirt) with its reason, in
+# $LAB_STATE/logs/qemu-events.log: "guest-shutdown" is a poweroff, "guest-reset" a
+# reset the guest's CPU asked for (a reboot, a panic's reboot, or a triple fault;
+# the domains' on_reboot is destroy, so it ends the guest), "host-qmp-quit" the
+# lab's own destroy. tools/test reads it (nested mode) to tell a guest that the
+# emulated nested SVM reset without a word from one that died of its own kernel.
+lab_qemu_events_start() {
+  setsid virsh -q -c qemu:///system qemu-monitor-event --loop --timestamp --event SHUTDOWN \
+    </dev/null >>"$LAB_STATE/logs/qemu-events.log" 2>&1 &
+  lab_state_set pid.qemuevents "$!"
+}
+
 lab_local_down() {
   local g
   for g in $(lab_guests); do
@@ -341,6 +353,7 @@ lab_local_down() {
     lab_virsh destroy "$g" >/dev/null 2>&1 || true
     lab_virsh undefine "$g" >/dev/null 2>&1 || true
   done
+  lab_kill_pid qemuevents
   lab_kill_pid libvirtd
   lab_kill_pid virtlogd
   if [[ -n "$(lab_state_get bridge)" ]]; then
