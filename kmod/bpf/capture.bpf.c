@@ -940,7 +940,11 @@ struct {
  * queue is run (the submitting task, kblockd, a completion that restarts
  * the queue, or a task that dispatches others' requests), so the task there
  * is not the submitter.  block_getrq fires in the submitter's context as a
- * request is made for its first bio; keyed by that bio, which is rq->bio. */
+ * request is made for its first bio; keyed by that bio, which is rq->bio,
+ * or further down rq's bio list when later bios were merged in front of it
+ * (a front merge: QEMU's I/O threads write neighbouring blocks out of
+ * order), hence the walk of the list's first MG_BLK_BIO_WALK bios. */
+#define MG_BLK_BIO_WALK 8
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -994,8 +998,19 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	mg_ev_task(&ev, slot, 0);
 	ev.now = bpf_ktime_get_ns(); /* also the latency's clock */
 	if (!complete) {
-		__u64 bkey = mg_ptr_bits(BPF_CORE_READ(rq, bio));
-		struct mg_blk_issue *sub = bkey ? bpf_map_lookup_elem(&blk_submitter, &bkey) : NULL;
+		struct bio *b = BPF_CORE_READ(rq, bio);
+		struct mg_blk_issue *sub = NULL;
+		__u64 bkey = 0;
+
+		for (int i = 0; i < MG_BLK_BIO_WALK; i++) { /* a bounded loop */
+			if (!b)
+				break;
+			bkey = mg_ptr_bits(b);
+			sub = bpf_map_lookup_elem(&blk_submitter, &bkey);
+			if (sub)
+				break;
+			b = BPF_CORE_READ(b, bi_next);
+		}
 
 		if (sub) { /* else: no bio (a flush), or made before tracing */
 			ev.tgid = sub->tgid;
