@@ -289,7 +289,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   std::map<std::string, std::string> uuid, ip = {{"g1", "10.77.0.11"}, {"g2", "10.77.0.12"}};
   for (const auto& [g, r] : rate_mbit)
     uuid[g] = Trim(h.Sh("virsh -q -c qemu:///system domuuid " + g, 20).out);
-  // Servers, then clients, and g1 burns its vCPU meanwhile.  Long enough
+  // Servers, then clients (and a CPU burner in g1, direct lab).  Long enough
   // for the frames below to fall inside the traffic even when each command
   // in a nested guest takes seconds to start.
   const int kSeconds = h.nested() ? 45 : 25;
@@ -315,9 +315,16 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
                   .status,
               0);
   }
-  // (niced: the vCPU is busy all the time, and the sender still keeps its pace)
-  ASSERT_EQ(lab->Run("g1", "(timeout " + std::to_string(kSeconds + 4) +
-                               " nice -n 19 sh -c 'while :; do :; done' &)", 20).status, 0);
+  // In the direct lab g1 also burns its vCPU (niced: the sender keeps its
+  // pace).  Not in the nested lab: its two emulated CPUs run both KVM
+  // guests, the daemon, vhost and iperf3's servers, and a guest that never
+  // halts takes one of them whole; the other guest then ran in bursts (its
+  // vCPU waited 70 % of the time) and its one-second rates swung too wide
+  // to compare.  There the guests' loads differ by their traffic only.
+  if (!h.nested()) {
+    ASSERT_EQ(lab->Run("g1", "(timeout " + std::to_string(kSeconds + 4) +
+                                 " nice -n 19 sh -c 'while :; do :; done' &)", 20).status, 0);
+  }
   sleep(3);
   // The library programs: 10 frames, one a second, of three stats; the
   // first comes at once (the second before it).
@@ -574,7 +581,7 @@ TEST_F(GuestViewNested, EachGuestGetsItsOwnViewOverVsock) {
       EXPECT_EQ(x.value("cid", 0u), x.value("name", "") == "g1" ? 3u : 4u) << s.dump();
     }
   }
-  // Rates a CPU-starved nested guest keeps steady (g1 also burns its vCPU).
+  // Rates a CPU-starved nested guest keeps steady (2 and 1 Mbit/s).
   OwnViewChecks(lab(), h, d, "10.77.0.1", {{"g1", 2}, {"g2", 1}}, "");
 }
 
