@@ -180,6 +180,15 @@ GuestView View(Lab* lab, const std::string& g) {
 // of ten of them was 20 % off the rate (the median of iperf3's seconds
 // likewise).  The interquartile mean leaves out the stalls and bursts
 // and averages the rest, on both sides of a comparison.
+std::vector<double> WatchSamples(const std::string& out, const std::string& stat) {
+  std::vector<double> v;
+  static const std::regex line(R"((^|\n)([a-z_.]+)\s+([0-9.]+) \S+\s+window)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
+       ++it)
+    if ((*it)[2] == stat) v.push_back(std::stod((*it)[3]));
+  return v;
+}
+
 std::map<std::string, std::pair<double, int>> WatchCentral(const std::string& out) {
   std::map<std::string, std::vector<double>> all;
   static const std::regex line(R"((^|\n)([a-z_.]+)\s+([0-9.]+) \S+\s+window)");
@@ -385,7 +394,21 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
                 g.c_str(), iperf_bps / 1e6, iperf_span / 1e6, std::floor(from), std::ceil(to));
     if (iperf_span > 0) iperf_bps = iperf_span;
     const double tap = means["tap.tx_bps"].first * 1400.0 / 1428.0;
-    EXPECT_NEAR(tap / iperf_bps, 1.0, 0.05)
+    // Within 5 %, plus what two series of one-second rates can resolve:
+    // twice the standard error of the difference of their central values,
+    // from their own spread.  A steady sender (the direct lab: +-0.1 %)
+    // keeps the bound at about 5 %; in the nested lab the emulated lab host
+    // runs the guests in bursts (their vCPUs wait ~70 % of the time) and
+    // the tap's seconds and iperf3's seconds, never the same seconds, swing
+    // by +-50 %: there the bound widens by what the data cannot tell apart,
+    // and says so.  (Either way it is far below the 2:1 of the two guests'
+    // rates.)
+    const double se = std::hypot(InterquartileRelativeError(WatchSamples(watch[g], "tap.tx_bps")),
+                                 InterquartileRelativeError(IperfSeconds(ij, std::floor(from), std::ceil(to))));
+    const double tol = 0.05 + 2 * se;
+    std::printf("[e2e] %s: tap/iperf3 %.3f, bound 1 +- %.3f (5 %% + 2 x %.3f standard error)\n", g.c_str(),
+                tap / iperf_bps, tol, se);
+    EXPECT_NEAR(tap / iperf_bps, 1.0, tol)
         << "tap.tx_bps in the guest " << tap / 1e6 << " Mbit/s, iperf3 " << iperf_bps / 1e6 << "\n"
         << watch[g];
     // vCPU fractions against libvirt's counters.

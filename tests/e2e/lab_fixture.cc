@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -398,6 +399,32 @@ double InterquartileMean(std::vector<double> v) {
   double sum = 0;
   for (size_t i = cut; i < v.size() - cut; ++i) sum += v[i];
   return sum / static_cast<double>(v.size() - 2 * cut);
+}
+
+double InterquartileRelativeError(std::vector<double> v) {
+  if (v.size() < 2) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t cut = v.size() / 4, n = v.size() - 2 * cut;
+  if (n < 2) return 0;
+  double sum = 0, sq = 0;
+  for (size_t i = cut; i < v.size() - cut; ++i) sum += v[i];
+  const double mean = sum / static_cast<double>(n);
+  for (size_t i = cut; i < v.size() - cut; ++i) sq += (v[i] - mean) * (v[i] - mean);
+  if (mean <= 0) return 0;
+  return std::sqrt(sq / static_cast<double>(n - 1)) / std::sqrt(static_cast<double>(n)) / mean;
+}
+
+std::vector<double> IperfSeconds(const std::string& json, double from_s, double to_s) {
+  std::vector<double> v;
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.contains("intervals")) return v;
+  for (const auto& i : j["intervals"]) {
+    const auto& s = i["sum"];
+    double a = s.value("start", 0.0), b = s.value("end", 0.0);
+    if (a < from_s - 0.01 || b > to_s + 0.01 || b <= a) continue;
+    v.push_back(s.value("bits_per_second", 0.0));
+  }
+  return v;
 }
 
 double IperfCentralBitsPerSecond(const std::string& json, double from_s, double to_s) {
