@@ -286,6 +286,31 @@ int cmd_sessions(cli::args& a) {
   return 0;
 }
 
+static const char* kStatsHelp =
+    "Usage: magnet stats VM [--socket PATH]\n"
+    "\n"
+    "What the daemon delivers into VM (by name, UUID or magnet id), as the\n"
+    "guest receives it: each stat by name with its index, value, validity\n"
+    "and window, from the daemon's last 100 ms tick (JSON).  Not to be\n"
+    "confused with 'magnet stat', the capture core's per-layer counts.\n";
+
+int cmd_stats(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kStatsHelp, stdout);
+    return 0;
+  }
+  auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
+  a.flag("--json");  // JSON is the only output; accepted for symmetry
+  auto pos = a.finish(1, 1, "VM");
+  auto r = query_daemon(sock, "stats " + pos[0]);
+  if (!r.ok) {
+    std::fprintf(stderr, "magnet stats: %s\n", r.body.c_str());
+    return 1;
+  }
+  std::printf("%s\n", r.body.c_str());
+  return 0;
+}
+
 static const char* kMarkHelp =
     "Usage: magnet mark VM VALUE [--socket PATH]\n"
     "\n"

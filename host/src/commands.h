@@ -16,6 +16,7 @@ int cmd_top(cli::args& a);
 int cmd_views(cli::args& a);
 int cmd_sessions(cli::args& a);
 int cmd_mark(cli::args& a);
+int cmd_stats(cli::args& a);
 int cmd_kvm(cli::args& a);
 
 // Set by SIGINT/SIGTERM; the loops of record and stat watch it.

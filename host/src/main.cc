@@ -24,6 +24,7 @@ const char* kHelp =
     "  views    the host daemon's views, per VM\n"
     "  sessions the daemon's connections into VMs (their views' delivery)\n"
     "  mark     set a VM's host.marker (delivery latency probes)\n"
+    "  stats    what the daemon delivers into one VM (JSON)\n"
     "\n"
     "Global options: -v/--verbose (repeat for more, -vv shows libbpf and the\n"
     "verifier log), --version, --help\n";
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
     if (cmd == "views") return host::cmd_views(rest);
     if (cmd == "sessions") return host::cmd_sessions(rest);
     if (cmd == "mark") return host::cmd_mark(rest);
+    if (cmd == "stats") return host::cmd_stats(rest);
     std::fprintf(stderr, "magnet: unknown command '%s'\nTry 'magnet --help'.\n", cmd.c_str());
     return 2;
   } catch (const cli::usage_error& e) {

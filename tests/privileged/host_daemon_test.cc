@@ -53,6 +53,11 @@ TEST(HostDaemon, SurvivesMissingLibvirtAndReloadsViewsOnSighup) {
   EXPECT_EQ(none.status, 1);
   EXPECT_NE(none.err.find("no instance of a view named 'nosuch' in the reply (views: all)"),
             std::string::npos) << none.err;
+  // magnet stats: what a VM receives; no VM here, and the reply names it.
+  auto st = run({MAGNET_BIN, "stats", "nosuchvm", "--socket", sock});
+  EXPECT_EQ(st.status, 1);
+  EXPECT_NE(st.err.find("no running VM named 'nosuchvm'"), std::string::npos) << st.err;
+  EXPECT_EQ(run({MAGNET_BIN, "stats", "--socket", sock}).status, 2) << "the VM is required";
   auto rows = run({MAGNET_BIN, "views", "--socket", sock, "--rows", "0"});
   EXPECT_NE(rows.status, 0);
   EXPECT_NE(rows.err.find("--rows"), std::string::npos) << rows.err;
