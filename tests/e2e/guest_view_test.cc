@@ -169,6 +169,15 @@ GuestView View(Lab* lab, const std::string& g) {
   return v;
 }
 
+// Every value of each stat in a magnet-watch output, in order.
+std::map<std::string, std::vector<double>> WatchSamples(const std::string& out) {
+  std::map<std::string, std::vector<double>> all;
+  static const std::regex line(R"((^|\n)([a-z_.]+)\s+([0-9.]+) \S+\s+window)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
+       ++it)
+    all[(*it)[2]].push_back(std::stod((*it)[3]));
+  return all;
+}
 
 // The central value of each stat over the frames a client-library program
 // printed (magnet-watch lines: "NAME  VALUE UNIT  window W s  age A ms"),
@@ -180,23 +189,9 @@ GuestView View(Lab* lab, const std::string& g) {
 // of ten of them was 20 % off the rate (the median of iperf3's seconds
 // likewise).  The interquartile mean leaves out the stalls and bursts
 // and averages the rest, on both sides of a comparison.
-std::vector<double> WatchSamples(const std::string& out, const std::string& stat) {
-  std::vector<double> v;
-  static const std::regex line(R"((^|\n)([a-z_.]+)\s+([0-9.]+) \S+\s+window)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
-       ++it)
-    if ((*it)[2] == stat) v.push_back(std::stod((*it)[3]));
-  return v;
-}
-
 std::map<std::string, std::pair<double, int>> WatchCentral(const std::string& out) {
-  std::map<std::string, std::vector<double>> all;
-  static const std::regex line(R"((^|\n)([a-z_.]+)\s+([0-9.]+) \S+\s+window)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
-       ++it)
-    all[(*it)[2]].push_back(std::stod((*it)[3]));
   std::map<std::string, std::pair<double, int>> m;
-  for (auto& [k, v] : all) m[k] = {InterquartileMean(v), static_cast<int>(v.size())};
+  for (auto& [k, v] : WatchSamples(out)) m[k] = {InterquartileMean(v), static_cast<int>(v.size())};
   return m;
 }
 
@@ -403,7 +398,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
     // by +-50 %: there the bound widens by what the data cannot tell apart,
     // and says so.  (Either way it is far below the 2:1 of the two guests'
     // rates.)
-    const double se = std::hypot(InterquartileRelativeError(WatchSamples(watch[g], "tap.tx_bps")),
+    const double se = std::hypot(InterquartileRelativeError(WatchSamples(watch[g])["tap.tx_bps"]),
                                  InterquartileRelativeError(IperfSeconds(ij, std::floor(from), std::ceil(to))));
     const double tol = 0.05 + 2 * se;
     std::printf("[e2e] %s: tap/iperf3 %.3f, bound 1 +- %.3f (5 %% + 2 x %.3f standard error)\n", g.c_str(),

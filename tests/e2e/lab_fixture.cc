@@ -428,16 +428,7 @@ std::vector<double> IperfSeconds(const std::string& json, double from_s, double 
 }
 
 double IperfCentralBitsPerSecond(const std::string& json, double from_s, double to_s) {
-  auto j = nlohmann::json::parse(json, nullptr, false);
-  if (j.is_discarded() || !j.contains("intervals")) return -1;
-  std::vector<double> v;
-  for (const auto& i : j["intervals"]) {
-    const auto& s = i["sum"];
-    double a = s.value("start", 0.0), b = s.value("end", 0.0);
-    if (a < from_s - 0.01 || b > to_s + 0.01 || b <= a) continue;
-    v.push_back(s.value("bits_per_second", 0.0));
-  }
-  return InterquartileMean(std::move(v));
+  return InterquartileMean(IperfSeconds(json, from_s, to_s));
 }
 
 }  // namespace magnet::e2e
