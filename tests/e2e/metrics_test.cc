@@ -1,0 +1,242 @@
+// magnet host --http scraped by a real Prometheus, in the direct lab: two
+// guests send UDP at different rates, Prometheus (scrape interval 1 s; it
+// asks for OpenMetrics, so its strict parser reads the page) stores the
+// series, and its HTTP API answers with each VM's own figures, labelled
+// with that VM's domain and UUID, agreeing with what iperf3 measured.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "http.h"
+#include "lab_fixture.h"
+
+namespace magnet::e2e {
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string UrlEncode(const std::string& s) {
+  std::string o;
+  char b[4];
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      o += static_cast<char>(c);
+    } else {
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      o += b;
+    }
+  }
+  return o;
+}
+
+// A TCP port nothing listens on now (the kernel's pick).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class MetricsDirect : public TwoGuestDirectSuite {};
+
+// An instant query: the result vector (empty, and a test failure, when the
+// API does not answer with success).
+json Query(int port, const std::string& q, double at) {
+  char t[32];
+  std::snprintf(t, sizeof t, "%.3f", at);
+  auto [status, body] = test::http_get(port, "/api/v1/query?query=" + UrlEncode(q) + "&time=" + t);
+  auto j = json::parse(body, nullptr, false);
+  if (status != 200 || j.is_discarded() || j.value("status", "") != "success") {
+    ADD_FAILURE() << "query " << q << ": HTTP " << status << ": " << body.substr(0, 500);
+    return json::array();
+  }
+  return j["data"]["result"];
+}
+
+// The value of the series of @result whose domain is @domain; -1 if none.
+double ValueOf(const json& result, const std::string& domain) {
+  for (const auto& s : result)
+    if (s["metric"].value("domain", "") == domain) return std::stod(s["value"][1].get<std::string>());
+  return -1;
+}
+
+TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
+  const std::string art = ArtifactDir("MetricsDirect.Prometheus");
+  const std::string magnet = BuildDir() + "/host/magnet";
+  const std::string sock = "/tmp/magnet-e2e-metrics-" + std::to_string(getpid()) + ".sock";
+  Background daemon(magnet + " -v host --socket " + sock + " --http 127.0.0.1:0 --duration 300", art + "/host.log");
+  std::smatch m;
+  std::string log;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        log = ReadFileText(art + "/host.log");
+        return std::regex_search(log, m, std::regex(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/)"));
+      },
+      30))
+      << log;
+  const int port = std::stoi(m[1]);
+
+  // The lab's domains and UUIDs, from libvirt.
+  std::map<std::string, std::string> uuid;
+  for (const std::string g : {"g1", "g2"}) {
+    auto r = RunProcess({"virsh", "-c", "qemu:///system", "domuuid", g}, 20);
+    ASSERT_EQ(r.status, 0) << r.Describe();
+    uuid[g] = Trim(r.out);
+    ASSERT_EQ(uuid[g].size(), 36u) << r.out;
+  }
+  // The daemon knows both (its registry's first pass).
+  std::string page;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        page = test::http_get(port, "/metrics").second;
+        for (const auto& [g, u] : uuid)
+          if (page.find("magnet_vm_info{domain=\"" + g + "\",uuid=\"" + u + "\"") == std::string::npos) return false;
+        return true;
+      },
+      30))
+      << page.substr(0, 3000);
+
+  // Prometheus, scraping every second; ended by PID however the test ends.
+  const int pport = FreePort();
+  ASSERT_GT(pport, 0);
+  const std::string tsdb = art + "/tsdb";
+  fs::remove_all(tsdb);
+  std::ofstream(art + "/prometheus.yml", std::ios::trunc)
+      << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+         "scrape_configs:\n  - job_name: magnet\n    static_configs:\n      - targets: ['127.0.0.1:"
+      << port << "']\n";
+  Background prom("prometheus --config.file=" + art + "/prometheus.yml --storage.tsdb.path=" + tsdb +
+                      " --web.listen-address=127.0.0.1:" + std::to_string(pport),
+                  art + "/prometheus.log");
+  ASSERT_TRUE(WaitFor([&] { return test::http_get(pport, "/-/ready").first == 200; }, 60))
+      << ReadFileText(art + "/prometheus.log").substr(0, 3000);
+  ASSERT_TRUE(WaitFor([&] { return ValueOf(Query(pport, "magnet_vm_info", Now()), "g1") == 1; }, 20))
+      << "Prometheus has no magnet_vm_info for g1: " << ReadFileText(art + "/prometheus.log").substr(0, 3000);
+  {
+    auto up = Query(pport, "up{job=\"magnet\"}", Now());
+    ASSERT_EQ(up.size(), 1u) << up.dump();
+    EXPECT_EQ(up[0]["value"][1], "1") << "the OpenMetrics page parsed: " << up.dump();
+  }
+
+  // UDP from each guest at its own rate to iperf3 servers in the lab network.
+  struct guest {
+    std::string name;
+    int port;
+    const char* rate;
+    std::string json;
+  };
+  std::vector<guest> gs = {{"g1", 5621, "20M", ""}, {"g2", 5622, "5M", ""}};
+  std::vector<std::unique_ptr<Background>> servers;
+  for (auto& g : gs) {
+    g.json = art + "/iperf-" + g.name + ".json";
+    ::unlink(g.json.c_str());
+    servers.push_back(std::make_unique<Background>(
+        "ip netns exec magnetlab timeout 60 iperf3 -s -1 -B 10.77.0.1 -p " + std::to_string(g.port) + " -J",
+        g.json));
+    ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", g.port); }, 10)) << "iperf3 server on " << g.port;
+  }
+  const double seconds = 20;
+  usleep(2500000);  // two scrapes of the counters before the traffic
+  const double t_before = Now();
+  auto client = [&](const guest& g) {
+    return lab()->Run(g.name, "iperf3 -c 10.77.0.1 -p " + std::to_string(g.port) + " -u -b " + g.rate +
+                                  " -l 1400 -t " + std::to_string(static_cast<int>(seconds)) +
+                                  " >/dev/null 2>&1; echo rc=$?",
+                      90);
+  };
+  const double t_start = Now();
+  auto second = std::async(std::launch::async, client, gs[1]);
+  auto first = client(gs[0]);
+  for (const auto& c : {first, second.get()}) {
+    ASSERT_EQ(c.status, 0) << c.Describe();
+    ASSERT_NE(c.out.find("rc=0"), std::string::npos) << c.Describe();
+  }
+  usleep(3500000);  // the last bytes counted (100 ms tick) and scraped (1 s)
+  const double t_after = Now();
+
+  const std::string tx = "magnet_vm_network_transmit_bytes_total";
+  const json before = Query(pport, tx, t_before), after = Query(pport, tx, t_after);
+  // Mid-traffic: the rate over 10 s lying inside the 20 s of sending.
+  const json rate = Query(pport, "rate(" + tx + "[10s])", t_start + 16);
+  // Every series is one VM's: its domain with that domain's UUID.
+  for (const json* r : {&before, &after, &rate}) {
+    EXPECT_EQ(r->size(), 2u) << r->dump();
+    for (const auto& s : *r) {
+      const std::string d = s["metric"].value("domain", "");
+      ASSERT_TRUE(uuid.count(d)) << "a series of no lab VM: " << s.dump();
+      EXPECT_EQ(s["metric"].value("uuid", ""), uuid[d]) << s.dump();
+    }
+  }
+  for (const auto& g : gs) {
+    SCOPED_TRACE(g.name);
+    json ip;
+    ASSERT_TRUE(WaitFor([&] { return !(ip = json::parse(ReadFileText(g.json), nullptr, false)).is_discarded() &&
+                                     ip.contains("end"); },
+                        20))
+        << ReadFileText(g.json).substr(0, 2000);
+    const double iperf_bytes = ip["end"]["sum_received"]["bytes"].get<double>();
+    ASSERT_GT(iperf_bytes, 1e6) << ip.dump().substr(0, 2000);
+    // At the tap each 1400-byte datagram has its IP and UDP headers: 1428.
+    const double wire = 1428.0 / 1400.0;
+    const double counted = ValueOf(after, g.name) - ValueOf(before, g.name);
+    EXPECT_NEAR(counted / (iperf_bytes * wire), 1.0, 0.05)
+        << "Prometheus: " << counted << " bytes sent by " << g.name << ", iperf3 received " << iperf_bytes;
+    // A TCG guest sends in bursts: 5 % plus twice the standard error of
+    // iperf3's own per-second rates over the middle of the run (as the
+    // guest view tests bound their rates).
+    // The reference is iperf3's rate over the middle of its run too (the
+    // interquartile mean of its seconds 4 to 18), not its whole-run average.
+    const double prom_bps = ValueOf(rate, g.name) * 8;
+    const auto secs = IperfSeconds(ReadFileText(g.json), 4, seconds - 2);
+    const double mid_bps = InterquartileMean(secs), spread = InterquartileRelativeError(secs);
+    ASSERT_GT(mid_bps, 0) << "no per-second intervals in iperf3's report";
+    EXPECT_NEAR(prom_bps / (mid_bps * wire), 1.0, 0.05 + 2 * spread)
+        << "rate over 10 s " << prom_bps / 1e6 << " Mbit/s, iperf3 " << mid_bps / 1e6
+        << " Mbit/s in the middle of its run; per-second spread " << spread;
+    std::printf("[e2e] %s: Prometheus counted %.0f bytes (iperf3 %.0f x 1428/1400 = %.0f), rate %.3f Mbit/s "
+                "(iperf3 mid-run %.3f x 1428/1400 = %.3f; allowed %.1f %%)\n",
+                g.name.c_str(), counted, iperf_bytes, iperf_bytes * wire, prom_bps / 1e6, mid_bps / 1e6,
+                mid_bps * wire / 1e6, (0.05 + 2 * spread) * 100);
+    RecordProperty(g.name + "_prometheus_mbps", std::to_string(prom_bps / 1e6));
+    RecordProperty(g.name + "_iperf3_mbps", std::to_string(mid_bps / 1e6));
+  }
+  // The other families, per VM: vCPU time, and packets at about one per datagram.
+  const json run = Query(pport, "sum by (domain, uuid) (rate(magnet_vm_vcpu_seconds_total[10s]))", t_start + 16);
+  const json pkts = Query(pport, "increase(magnet_vm_network_transmit_packets_total[30s])", t_after);
+  for (const auto& [g, u] : uuid) {
+    EXPECT_GT(ValueOf(run, g), 0.5) << "run + wait + halt of one vCPU: about 1 s per s: " << run.dump();
+    EXPECT_LT(ValueOf(run, g), 1.5) << run.dump();
+    EXPECT_GT(ValueOf(pkts, g), 1000) << pkts.dump();
+  }
+  const json q = Query(pport, "magnet_vm_host_queue_seconds_bucket{le=\"+Inf\",direction=\"transmit\"}", t_after);
+  EXPECT_EQ(q.size(), 2u) << "a queueing histogram per VM: " << q.dump();
+  prom.Stop();
+  daemon.Stop();
+}
+
+}  // namespace
+}  // namespace magnet::e2e
