@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -858,6 +859,46 @@ std::map<uint32_t, magnet_agg> capture::aggregate(int slot, const std::vector<ui
     }
     if (sum.events) out[vm] = sum;
   }
+  return out;
+}
+
+void capture::set_vm_quota(double per_second, double burst_s) {
+  auto& fc = skel_->bss->filter_ctl;
+  if (!(per_second > 0)) {
+    __atomic_store_n(&fc.vm_cost_ns, 0, __ATOMIC_RELAXED);
+    return;
+  }
+  uint64_t cost = std::max<uint64_t>(1, static_cast<uint64_t>(1e9 / per_second));
+  uint64_t burst = std::max<uint64_t>(cost, static_cast<uint64_t>(burst_s * 1e9));
+  __atomic_store_n(&fc.vm_burst_ns, burst, __ATOMIC_RELAXED);
+  __atomic_store_n(&fc.vm_cost_ns, cost, __ATOMIC_RELAXED);
+}
+
+std::map<uint32_t, std::pair<uint64_t, uint64_t>> capture::vm_losses(
+    const std::vector<uint32_t>& vms) const {
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> out;
+  std::vector<magnet_vm_pcpu> v(ncpus_);
+  int fd = bpf_map__fd(skel_->maps.vm_pcpu);
+  for (uint32_t vm : vms) {
+    __u32 key = vm;
+    if (vm > MAGNET_MAX_VM_ID || bpf_map_lookup_elem(fd, &key, v.data()) != 0) continue;
+    std::pair<uint64_t, uint64_t> sum{};
+    for (const auto& q : v) {
+      sum.first += q.quota_lost;
+      sum.second += q.ring_lost;
+    }
+    if (sum.first || sum.second) out[vm] = sum;
+  }
+  return out;
+}
+
+std::map<uint32_t, uint64_t> capture::vm_quota_lost() const {
+  if (!__atomic_load_n(&skel_->bss->filter_ctl.vm_cost_ns, __ATOMIC_RELAXED)) return {};
+  std::vector<uint32_t> all(MAGNET_MAX_VM_ID);
+  for (uint32_t vm = 1; vm <= MAGNET_MAX_VM_ID; ++vm) all[vm - 1] = vm;
+  std::map<uint32_t, uint64_t> out;
+  for (const auto& [vm, l] : vm_losses(all))
+    if (l.first) out[vm] = l.first;
   return out;
 }
 

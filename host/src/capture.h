@@ -144,6 +144,14 @@ class capture : public drop_source {
   // The same for the given VM ids only (one lookup each, not one per id).
   std::map<uint32_t, magnet_agg> aggregate(int slot, const std::vector<uint32_t>& vms) const;
   int ncpus() const override { return ncpus_; }
+  std::map<uint32_t, uint64_t> vm_quota_lost() const override;
+  // The per-VM stream quota (magnet_filter_ctl.vm_cost_ns): at most
+  // @per_second events of one VM per CPU onto the stream on average, in
+  // bursts of up to @burst_s seconds' worth.  0 turns it off.
+  void set_vm_quota(double per_second, double burst_s);
+  // Each VM's lost records, summed over CPUs: [vm] -> {quota, ring full}
+  // (the given VM ids; VMs that lost nothing are absent).
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> vm_losses(const std::vector<uint32_t>& vms) const;
   std::string attach_summary() const;
   // Whether a probe's programs are attached (enabled, or needed by one).
   bool attached(uint16_t type) const;

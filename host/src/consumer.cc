@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "magnet/events.h"
 #include "magnet/record.h"
@@ -49,6 +50,32 @@ uint64_t loss_tracker::collect(std::vector<std::vector<uint8_t>>& out) {
       added += l.count;
     }
   }
+  // Quota losses: per VM, not per probe or CPU; the interval runs from the
+  // last look to now (both CLOCK_MONOTONIC, the records' clock).
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
+  for (const auto& [vm, n] : src_.vm_quota_lost()) {
+    uint64_t& seen = vm_quota_seen_[vm];
+    if (n <= seen) continue;
+    magnet_lost l{};
+    l.count = n - seen;
+    l.first_ts_ns = quota_since_ns_ ? std::min(quota_since_ns_, now) : now;
+    l.last_ts_ns = now;
+    l.cpu = 0xffff;
+    l.reason = MAGNET_LOST_VM_QUOTA;
+    seen = n;
+    magnet_hdr h{};
+    h.ts_ns = l.first_ts_ns;
+    h.type = MAGNET_EV_LOST;
+    h.vm_id = vm;
+    h.cpu = 0xffff;
+    h.size = static_cast<int32_t>(std::min<uint64_t>(l.count, INT32_MAX));
+    out.push_back(make_record(h, l));
+    lost_total_ += l.count;
+    added += l.count;
+  }
+  quota_since_ns_ = now;
   return added;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -26,6 +27,9 @@ class drop_source {
   virtual std::vector<magnet_probe_pcpu> probe_state(int slot) const = 0;
   virtual uint64_t drop_ack(int slot, int cpu) const = 0;
   virtual void set_drop_ack(int slot, int cpu, uint64_t v) = 0;
+  // Events each VM lost over its stream quota so far, summed over CPUs
+  // (VMs that lost none may be absent).
+  virtual std::map<uint32_t, uint64_t> vm_quota_lost() const { return {}; }
 };
 
 // Inserts lost records into a batch by timestamp.  Exposed for tests.
@@ -41,6 +45,8 @@ class loss_tracker {
   uint64_t seen_total_ = 0;
   uint64_t lost_total_ = 0;
   std::vector<uint64_t> last_ts_;  // slot*ncpus+cpu -> last_drop_ns already reported
+  std::map<uint32_t, uint64_t> vm_quota_seen_;  // VM -> quota losses already reported
+  uint64_t quota_since_ns_ = 0;                 // when they were last looked at
 };
 
 // The consumer side of a BPF ring buffer map, read through its own mmap

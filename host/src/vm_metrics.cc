@@ -55,14 +55,9 @@ int vm_metrics::link_of_device(uint32_t netns, uint32_t ifindex) const {
 }
 
 void vm_metrics::feed(std::span<const uint8_t> recs) {
-  for (size_t off = 0; off + sizeof(magnet_hdr) <= recs.size();) {
-    const uint8_t* r = recs.data() + off;
-    const auto& h = hdr_of(r);
-    if (h.len < sizeof(magnet_hdr) || off + h.len > recs.size()) break;
-    off += h.len;
-    if (!h.vm_id) continue;
+  for_each_vm_record(recs, [&](const magnet_hdr& h, const uint8_t* r) {
     auto it = vms_.find(h.vm_id);
-    if (it == vms_.end()) continue;  // a VM the daemon does not know (yet)
+    if (it == vms_.end()) return;  // a VM the daemon does not know (yet)
     slot& s = it->second.open;
     const uint8_t* p = r + sizeof(magnet_hdr);
     const size_t plen = h.len - sizeof(magnet_hdr);
@@ -100,7 +95,7 @@ void vm_metrics::feed(std::span<const uint8_t> recs) {
       const auto& b = *reinterpret_cast<const magnet_blk*>(p);
       if (b.latency_ns) s.blk_lat.add(static_cast<double>(b.latency_ns));
     }
-  }
+  });
 }
 
 void vm_metrics::sample(uint64_t now_ns, const std::map<uint32_t, vm_counters>& counters) {

@@ -67,6 +67,13 @@ struct {
 	__type(value, struct magnet_agg);
 } agg SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAGNET_MAX_VM_ID + 1);
+	__type(key, __u32);
+	__type(value, struct magnet_vm_pcpu);
+} vm_pcpu SEC(".maps");
+
 #define MG_SET_MAP(name, ktype)                       \
 	struct {                                      \
 		__uint(type, BPF_MAP_TYPE_HASH);      \
@@ -245,6 +252,45 @@ static __always_inline bool mg_count_only(__u32 mode)
 	return mode == MAGNET_MODE_AGGREGATE && !filter_ctl.active;
 }
 
+static __always_inline void mg_count_drop(struct magnet_probe_pcpu *st,
+					  struct mg_ev *ev)
+{
+	__u32 slot = ev->slot, cpu = ev->cpu;
+
+	if (slot < MAGNET_NPROBES && cpu < MAGNET_MAX_CPUS &&
+	    st->dropped == drop_ack[slot][cpu])
+		st->first_drop_ns = ev->now;
+	st->dropped++;
+	st->last_drop_ns = ev->now;
+	__sync_fetch_and_add(&total_dropped, 1);
+}
+
+/* The VM's token bucket on this CPU (filter_ctl.vm_cost_ns): true when
+ * the event fits in its quota; false counts it as the VM's quota loss. */
+static __always_inline bool mg_vm_quota(struct mg_ev *ev)
+{
+	__u32 vm = ev->vm & MAGNET_MAX_VM_ID;
+	__u64 cost = filter_ctl.vm_cost_ns, burst = filter_ctl.vm_burst_ns;
+	struct magnet_vm_pcpu *q;
+	__u64 credit;
+
+	q = bpf_map_lookup_elem(&vm_pcpu, &vm);
+	if (!q)
+		return true;
+	credit = q->credit_ns + (ev->now - q->last_ns);
+	if (ev->now < q->last_ns || credit > burst)
+		credit = burst;
+	q->last_ns = ev->now;
+	if (credit < cost) {
+		q->credit_ns = credit;
+		q->quota_lost++;
+		__sync_fetch_and_add(&total_dropped, 1);
+		return false;
+	}
+	q->credit_ns = credit - cost;
+	return true;
+}
+
 /*
  * Filters, aggregation and sampling.  Returns the per-CPU probe state when
  * the event must be streamed, NULL otherwise (disabled, filtered out,
@@ -313,20 +359,9 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 		st->last_emit_ns = ev->now;
 		ev->flags |= MAGNET_RF_SAMPLED;
 	}
+	if (ev->vm && filter_ctl.vm_cost_ns && !mg_vm_quota(ev))
+		return NULL;
 	return st;
-}
-
-static __always_inline void mg_count_drop(struct magnet_probe_pcpu *st,
-					  struct mg_ev *ev)
-{
-	__u32 slot = ev->slot, cpu = ev->cpu;
-
-	if (slot < MAGNET_NPROBES && cpu < MAGNET_MAX_CPUS &&
-	    st->dropped == drop_ack[slot][cpu])
-		st->first_drop_ns = ev->now;
-	st->dropped++;
-	st->last_drop_ns = ev->now;
-	__sync_fetch_and_add(&total_dropped, 1);
 }
 
 /* Reserve a record of sizeof(header) + plen bytes (plen: a multiple of 8). */
@@ -339,6 +374,13 @@ static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
 	h = bpf_ringbuf_reserve(&events, sizeof(*h) + plen, 0);
 	if (!h) {
 		mg_count_drop(st, ev);
+		if (ev->vm) {
+			__u32 vm = ev->vm & MAGNET_MAX_VM_ID;
+			struct magnet_vm_pcpu *q = bpf_map_lookup_elem(&vm_pcpu, &vm);
+
+			if (q)
+				q->ring_lost++;
+		}
 		return NULL;
 	}
 	st->emitted++;

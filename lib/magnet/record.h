@@ -28,6 +28,20 @@ inline const magnet_hdr& hdr_of(const uint8_t* rec) {
   return *reinterpret_cast<const magnet_hdr*>(rec);
 }
 
+// Calls @fn(hdr, rec) for each record of a VM (vm_id != 0) in @recs,
+// records back to back as the consumer hands them over; stops at the first
+// one whose length is not sane or does not fit.
+template <class F>
+void for_each_vm_record(std::span<const uint8_t> recs, F&& fn) {
+  for (size_t off = 0; off + sizeof(magnet_hdr) <= recs.size();) {
+    const uint8_t* r = recs.data() + off;
+    const auto& h = hdr_of(r);
+    if (h.len < sizeof(magnet_hdr) || off + h.len > recs.size()) break;
+    off += h.len;
+    if (h.vm_id) fn(h, r);
+  }
+}
+
 // Checks one record at the start of @buf: length sane, fits in @buf, long
 // enough for its payload.  @where names the position in messages.
 status check_record(std::span<const uint8_t> buf, std::string_view where);

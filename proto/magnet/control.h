@@ -51,6 +51,24 @@ struct magnet_filter_ctl {
 	 * waiting (MAGNeT's read watermark); the consumer also polls with a
 	 * timeout, so nothing waits longer than that. */
 	__u64 wakeup_watermark;
+	/* Per-VM stream quota: a token bucket per VM and CPU (vm_pcpu) lets a
+	 * VM's events onto the stream at most one per vm_cost_ns on average,
+	 * with bursts of up to vm_burst_ns worth of them; an event over it is
+	 * lost, counted in the VM's quota_lost (and total_dropped), which the
+	 * consumer reports as a stream.lost record of that VM (reason
+	 * MAGNET_LOST_VM_QUOTA).  Aggregates still count it.  0 = no quota.
+	 * Events of no VM have none. */
+	__u64 vm_cost_ns;
+	__u64 vm_burst_ns;
+};
+
+/* Per-CPU state and loss counters of one VM (percpu array vm_pcpu, index =
+ * VM id): what the VM's own view reports as its lost events. */
+struct magnet_vm_pcpu {
+	__u64 credit_ns;  /* the bucket, in ns of quota (at most vm_burst_ns) */
+	__u64 last_ns;    /* when it was last filled */
+	__u64 quota_lost; /* events refused: over the VM's quota */
+	__u64 ring_lost;  /* records lost: ring buffer full */
 };
 
 /* Per-CPU, per-probe state and counters (percpu array, index = slot). */
@@ -129,5 +147,6 @@ MAGNET_ASSERT_SIZE(magnet_vmnet_queue_key, 8);
 MAGNET_ASSERT_SIZE(magnet_vm_netdev_key, 8);
 MAGNET_ASSERT_SIZE(magnet_probe_pcpu, 64);
 MAGNET_ASSERT_SIZE(magnet_agg, 16);
+MAGNET_ASSERT_SIZE(magnet_vm_pcpu, 32);
 
 #endif /* MAGNET_PROTO_CONTROL_H */

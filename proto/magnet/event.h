@@ -217,6 +217,9 @@ struct magnet_lost {
 enum magnet_lost_reason {
 	MAGNET_LOST_RINGBUF_FULL = 1, /* kernel ring buffer had no room */
 	MAGNET_LOST_CONSUMER = 2,     /* a user-space queue overflowed */
+	MAGNET_LOST_VM_QUOTA = 3,     /* over its VM's stream quota (hdr.vm_id; any
+				       * probe: probe_type 0; any CPU: cpu 0xffff;
+				       * first/last_ts_ns bound the interval) */
 };
 
 /* Self-description of one event type used in the stream. */

@@ -371,6 +371,51 @@ TEST_F(ProgTestRun, FullRingDropsAreCountedAndReportedExactly) {
   EXPECT_EQ(cons_->lost(), lost);
 }
 
+// The per-VM stream quota: a VM gets its burst and then nothing more until
+// its bucket fills again; what it loses is counted as its own loss (a lost
+// record of that VM), still counted by the aggregates; another VM has its
+// own bucket, and host events have none.
+TEST_F(ProgTestRun, VmQuotaAdmitsItsBurstAndCountsTheRestAsThatVmsLoss) {
+  on_cpu0 pin;  // one CPU: one bucket per VM
+  ASSERT_TRUE(pin.ok);
+  cap_->arm(kT, MAGNET_MODE_STREAM | MAGNET_MODE_AGGREGATE);
+  cap_->set_vm_quota(1.0, 10.0);  // one event a second, bursts of ten
+  ASSERT_TRUE(cap_->tag_vm_ifindex(1 /* lo */, 5));
+  run(make_packet({}), 50);
+  uint64_t got = 0, lost = 0;
+  for (auto& r : drain()) {
+    const auto& h = hdr_of(r.data());
+    if (h.type == kT) {
+      EXPECT_EQ(h.vm_id, 5u);
+      ++got;
+    }
+    if (h.type == MAGNET_EV_LOST) {
+      const auto& l = *reinterpret_cast<const magnet_lost*>(r.data() + sizeof(magnet_hdr));
+      EXPECT_EQ(l.reason, static_cast<uint32_t>(MAGNET_LOST_VM_QUOTA));
+      EXPECT_EQ(h.vm_id, 5u);
+      lost += l.count;
+    }
+  }
+  EXPECT_EQ(got, 10u) << "the burst";
+  EXPECT_EQ(lost, 40u) << "the rest, counted";
+  EXPECT_EQ(cap_->aggregate(MAGNET_P_NET_L4_RECV)[5].events, 50u) << "aggregates count every event";
+  auto losses = cap_->vm_losses({5});
+  EXPECT_EQ(losses[5].first, 40u);
+  EXPECT_EQ(losses[5].second, 0u);
+
+  ASSERT_TRUE(cap_->untag_vm(5));
+  ASSERT_TRUE(cap_->tag_vm_ifindex(1, 6));
+  run(make_packet({}), 20);
+  EXPECT_EQ(events(kT).size(), 10u) << "VM 6 has its own bucket";
+  ASSERT_TRUE(cap_->untag_vm(6));
+  run(make_packet({}), 20);
+  EXPECT_EQ(events(kT).size(), 20u) << "host events have no quota";
+  cap_->set_vm_quota(0, 0);
+  ASSERT_TRUE(cap_->tag_vm_ifindex(1, 5));
+  run(make_packet({}), 20);
+  EXPECT_EQ(events(kT).size(), 20u) << "quota off";
+}
+
 // The consumer's own ring reader: a pass larger than one batch (8 MiB) is
 // handed over in several, and records that wrap around the end of the ring
 // come out whole and in order.

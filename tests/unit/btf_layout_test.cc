@@ -122,7 +122,8 @@ const std::map<std::string, std::pair<size_t, layout>> kStructs = {
     {"magnet_filter_ctl",
      {sizeof(magnet_filter_ctl),
       {M(magnet_filter_ctl, active), M(magnet_filter_ctl, vm_tagging),
-       M(magnet_filter_ctl, cpu_mask), M(magnet_filter_ctl, wakeup_watermark)}}},
+       M(magnet_filter_ctl, cpu_mask), M(magnet_filter_ctl, wakeup_watermark),
+       M(magnet_filter_ctl, vm_cost_ns), M(magnet_filter_ctl, vm_burst_ns)}}},
     {"magnet_probe_pcpu",
      {sizeof(magnet_probe_pcpu),
       {M(magnet_probe_pcpu, seen), M(magnet_probe_pcpu, emitted), M(magnet_probe_pcpu, dropped),
@@ -130,6 +131,10 @@ const std::map<std::string, std::pair<size_t, layout>> kStructs = {
        M(magnet_probe_pcpu, last_emit_ns), M(magnet_probe_pcpu, sample_count),
        M(magnet_probe_pcpu, reserved)}}},
     {"magnet_agg", {sizeof(magnet_agg), {M(magnet_agg, events), M(magnet_agg, bytes)}}},
+    {"magnet_vm_pcpu",
+     {sizeof(magnet_vm_pcpu),
+      {M(magnet_vm_pcpu, credit_ns), M(magnet_vm_pcpu, last_ns), M(magnet_vm_pcpu, quota_lost),
+       M(magnet_vm_pcpu, ring_lost)}}},
 };
 #undef M
 

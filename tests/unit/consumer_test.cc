@@ -26,8 +26,14 @@ class fake_drops : public drop_source {
   std::vector<magnet_probe_pcpu> probe_state(int slot) const override { return st_[slot]; }
   uint64_t drop_ack(int slot, int cpu) const override { return ack_[slot][cpu]; }
   void set_drop_ack(int slot, int cpu, uint64_t v) override { ack_[slot][cpu] = v; }
+  void quota_drop(uint32_t vm, uint64_t n) {
+    quota_[vm] += n;
+    total_ += n;
+  }
+  std::map<uint32_t, uint64_t> vm_quota_lost() const override { return quota_; }
 
  private:
+  std::map<uint32_t, uint64_t> quota_;
   std::vector<std::vector<magnet_probe_pcpu>> st_;
   std::vector<std::vector<uint64_t>> ack_;
   uint64_t total_ = 0;
@@ -71,6 +77,45 @@ TEST(LossTracker, CountsPerProbeAndCpuAddUpExactly) {
   EXPECT_EQ(lost_of(out[0]).count, 3u);
   EXPECT_EQ(lost_of(out[0]).first_ts_ns, 400u);
   EXPECT_EQ(t.lost_total(), 15u);
+}
+
+// Over-quota losses are per VM: one lost record of that VM (its vm_id,
+// reason VM_QUOTA) per look, with the new losses only; ring losses are
+// reported as before, next to them.
+TEST(LossTracker, QuotaLossesAreReportedPerVmExactlyOnce) {
+  fake_drops d(2);
+  loss_tracker t(d);
+  d.quota_drop(3, 40);
+  d.quota_drop(7, 2);
+  d.drop(MAGNET_P_NET_DEV_RECV, 1, 5, 120, 130);
+  std::vector<std::vector<uint8_t>> out;
+  EXPECT_EQ(t.collect(out), 47u);
+  std::map<uint32_t, uint64_t> by_vm;
+  uint64_t ring = 0;
+  for (const auto& r : out) {
+    const auto& l = lost_of(r);
+    EXPECT_EQ(hdr_of(r.data()).type, MAGNET_EV_LOST);
+    if (l.reason == MAGNET_LOST_VM_QUOTA) {
+      EXPECT_EQ(l.cpu, 0xffff);
+      EXPECT_EQ(l.probe_type, 0);
+      EXPECT_LE(l.first_ts_ns, l.last_ts_ns);
+      by_vm[hdr_of(r.data()).vm_id] += l.count;
+    } else {
+      EXPECT_EQ(l.reason, static_cast<uint32_t>(MAGNET_LOST_RINGBUF_FULL));
+      EXPECT_EQ(hdr_of(r.data()).vm_id, 0u);
+      ring += l.count;
+    }
+  }
+  EXPECT_EQ(by_vm, (std::map<uint32_t, uint64_t>{{3, 40}, {7, 2}}));
+  EXPECT_EQ(ring, 5u);
+
+  out.clear();
+  d.quota_drop(7, 9);
+  EXPECT_EQ(t.collect(out), 9u);
+  ASSERT_EQ(out.size(), 1u) << "VM 3 lost nothing new";
+  EXPECT_EQ(hdr_of(out[0].data()).vm_id, 7u);
+  EXPECT_EQ(lost_of(out[0]).count, 9u);
+  EXPECT_EQ(t.lost_total(), 56u);
 }
 
 TEST(MergeLost, LostRecordsGoBeforeTheFirstNewerRecord) {

@@ -136,6 +136,20 @@ TEST(VmMetrics, FirstSampleIsNotValidAndGoneVmsAreForgotten) {
   EXPECT_FALSE(m.stats(2).empty());
 }
 
+// lost.events: what the VM lost in the kernel since the daemon first saw
+// it, its own only.
+TEST(VmMetrics, LostEventsCountFromTheFirstSampleAndAreTheVmsOwn) {
+  vm_metrics m;
+  clock c;
+  vm_counters a, b;
+  a.lost = 100;  // before this daemon's session with the VM
+  m.sample(c.tick(), {{1, a}, {2, b}});
+  a.lost = 130;
+  m.sample(c.tick(), {{1, a}, {2, b}});
+  EXPECT_EQ(m.value(1, MAGNET_STAT_LOST_EVENTS), 30);
+  EXPECT_EQ(m.value(2, MAGNET_STAT_LOST_EVENTS), 0);
+}
+
 TEST(VmMetrics, QueueingDelayQuantilesFromRecords) {
   vm_metrics m;
   clock c;
