@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "magnet/events.h"
 #include "magnet/filters/config.h"
+#include "openmetrics.h"
 
 namespace magnet::host {
 
@@ -31,6 +32,9 @@ static const char* kHostHelp =
     "  -p, --probes LIST      probes (default net.dev,net.drop,vmnet.queue,sched,\n"
     "                         kvm.exit,kvm.entry,kvm.wakeup,blk)\n"
     "  -b, --buffer SIZE      ring buffer size (default 16M)\n"
+    "      --vm-quota N       at most N events/s of one VM per CPU onto the\n"
+    "                         stream, in bursts of 0.1 s worth (default 50000;\n"
+    "                         0: none); the rest is that VM's lost events\n"
     "  -d, --duration T       stop after T\n"
     "\n"
     "Delivery of each VM's own view into it (docs/guest.md), on by default:\n"
@@ -45,6 +49,14 @@ static const char* kHostHelp =
     "                         read from its root qdisc; gives each VM its\n"
     "                         available bandwidth there\n"
     "\n"
+    "\n"
+    "Prometheus metrics (docs/metrics.md):\n"
+    "      --http [ADDR:PORT] serve /metrics over HTTP there (default\n"
+    "                         127.0.0.1:9477; PORT 0: any free port); an\n"
+    "                         address other than loopback is served with a\n"
+    "                         warning: there is no authentication\n"
+    "      --list-metrics     print the series /metrics has and exit\n"
+    "\n"
     "      --check-views FILE validate a view file and exit\n"
     "      --print-default-views\n";
 
@@ -56,7 +68,8 @@ static const char* kTopHelp =
     "the VM's vCPUs, KVM exits/s and EXIT% (time in exit handling other than\n"
     "halts, same unit), guest rx/tx Mbit/s on its taps, host queueing delay\n"
     "(mean, microseconds) guest -> wire (QTX) and wire -> guest (QRX), and\n"
-    "packets dropped on its taps per second.\n";
+    "packets dropped on its taps per second, and LOST: its events lost since\n"
+    "the daemon started (over its --vm-quota, or the ring buffer full).\n";
 
 static const char* kViewsHelp =
     "Usage: magnet views [--vm NAME|UUID|ID] [--view NAME] [--socket PATH] [--rows N] [--json]\n"
@@ -135,7 +148,34 @@ int cmd_host(cli::args& a) {
     std::fputs(kDefaultViews, stdout);
     return 0;
   }
+  if (a.flag("--list-metrics")) {
+    a.finish(0, 0);
+    for (const auto& n : metric_series_names()) std::printf("%s\n", n.c_str());
+    return 0;
+  }
   daemon_options o;
+  {
+    // --http takes an optional value: "--http ADDR:PORT", "--http=ADDR:PORT",
+    // or "--http" alone, followed by another option or nothing.
+    cli::args peek = a;
+    std::optional<std::string> next;
+    try {
+      next = peek.value("--http");
+    } catch (const cli::usage_error&) {  // "--http" last: no value
+      next = "";
+    }
+    if (next) {
+      std::string v = next->starts_with("-") ? "" : *next;
+      if (v.empty()) {
+        (void)a.flag("--http");
+        if (auto eq = a.value("--http")) v = *eq;  // also given as --http=ADDR:PORT
+      } else {
+        v = *a.value("--http");
+      }
+      o.http = cli::need(parse_http_endpoint(v.empty() ? "127.0.0.1:" + std::to_string(kDefaultHttpPort) : v),
+                         "--http");
+    }
+  }
   if (auto v = a.value("--uri")) o.uri = *v;
   if (auto v = a.value("--views")) o.views_path = *v;
   if (auto v = a.value("--socket")) o.socket_path = *v;
@@ -160,6 +200,11 @@ int cmd_host(cli::args& a) {
     o.ring_bytes = cli::need(cli::parse_size(*v), "--buffer");
     if (o.ring_bytes < 4096 || (o.ring_bytes & (o.ring_bytes - 1)))
       throw cli::usage_error("--buffer: " + *v + " is not a power of two of at least 4K");
+  }
+  if (auto v = a.value("--vm-quota")) {
+    uint64_t q = *v == "0" ? 0 : cli::need(cli::parse_count(*v), "--vm-quota");
+    if (q > 1000000000) throw cli::usage_error("--vm-quota: " + *v + " is above 10^9 events/s");
+    o.vm_quota = static_cast<double>(q);
   }
   if (auto v = a.value("--duration", "-d")) o.duration_ns = cli::need(cli::parse_duration_ns(*v), "--duration");
   auto check = a.value("--check-views");
@@ -363,19 +408,21 @@ int cmd_top(cli::args& a) {
         std::fprintf(stderr, "magnet top: malformed reply from the daemon\n");
         return 1;
       }
-      std::printf("%-4s %-16s %5s %7s %7s %7s %9s %7s %9s %9s %9s %9s %8s\n", "VM", "NAME",
+      std::printf("%-4s %-16s %5s %7s %7s %7s %9s %7s %9s %9s %9s %9s %8s %10s\n", "VM", "NAME",
                   "VCPUS", "RUN", "WAIT", "HALT", "EXITS/S", "EXIT%", "RX MBIT/S", "TX MBIT/S",
-                  "QTX US", "QRX US", "DROPS/S");
+                  "QTX US", "QRX US", "DROPS/S", "LOST");
       for (const auto& v : j["vms"])
         std::printf("%-4u %-16.16s %5d %6.1f%% %6.1f%% %6.1f%% %9.0f %6.2f%% %9.3f %9.3f %9.1f %9.1f "
-                    "%8.1f\n",
+                    "%8.1f %10llu\n",
                     v.value("vm", 0u), v.value("name", std::string("?")).c_str(),
                     v.value("vcpus", 0), v.value("vcpu_run", 0.0) * 100,
                     v.value("vcpu_wait", 0.0) * 100, v.value("vcpu_halt", 0.0) * 100,
                     v.value("exits_per_s", 0.0), v.value("exit_time", 0.0) * 100,
                     v.value("rx_mbps", 0.0), v.value("tx_mbps", 0.0),
                     v.value("queue_tx_us", 0.0), v.value("queue_rx_us", 0.0),
-                    v.value("drops_per_s", 0.0));
+                    v.value("drops_per_s", 0.0),
+                    static_cast<unsigned long long>(v.value("lost_quota", 0ull) +
+                                                    v.value("lost_ring", 0ull)));
       std::printf("\n");
     }
     std::fflush(stdout);

@@ -22,11 +22,14 @@
 #include "capture.h"
 #include "cli.h"
 #include "consumer.h"
+#include "http_server.h"
 #include "log.h"
 #include "magnet/events.h"
 #include "magnet/filters/config.h"
 #include "magnet/filters/engine.h"
 #include "magnet/trace_file.h"
+#include "openmetrics.h"
+#include "privileges.h"
 #include "registry.h"
 #include "tc.h"
 #include "vcpu_sched.h"
@@ -202,6 +205,7 @@ class host_daemon : public vm_tagger {
   ojson kvm_json(uint32_t vm) const;
   ojson stats_json(uint32_t vm) const;
   ojson sessions_json() const;
+  http_response metrics_page(const http_request& r) const;
   const vm_info* find_vm(const std::string& key) const;
 
   daemon_options opt_;
@@ -210,11 +214,15 @@ class host_daemon : public vm_tagger {
   std::unique_ptr<ring_consumer> cons_;
   std::unique_ptr<asio::posix::stream_descriptor> ring_fd_;
   std::unique_ptr<admin_server> admin_;
+  std::unique_ptr<http_server> http_;  // --http: /metrics
   asio::steady_timer timer_{io_};
   asio::steady_timer::time_point next_tick_;
   filters::engine eng_;
   vcpu_sched vcpus_;
   vm_metrics metrics_;
+  std::map<uint32_t, vm_counters> counters_;  // the last tick's, for /metrics
+  record_totals totals_;                      // drops, block latency, for /metrics
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> losses_;  // VM -> lost {quota, ring}
   registry reg_;
   delivery_hub hub_;
   std::map<uint32_t, vm_info> vms_;
@@ -246,6 +254,7 @@ status host_daemon::setup_capture() {
   auto c = capture::open(co);
   if (!c) return c.err();
   cap_ = std::move(*c);
+  cap_->set_vm_quota(opt_.vm_quota, 0.1);
   for (uint16_t t : *types) {
     const probe_plan* p = cap_->plan_for(t);
     if (!p || p->chosen < 0) {
@@ -265,6 +274,7 @@ status host_daemon::setup_capture() {
     eng_.feed(b);
     vcpus_.feed(b);
     metrics_.feed(b);
+    totals_.feed(b, metrics_.links());
     hub_.publish_events(b);
   });
   if (!k) return k.err();
@@ -350,7 +360,12 @@ void host_daemon::sample(uint64_t now) {
   for (const auto& [tid, t] : vcpus_.totals(now))
     if (auto it = c.find(t.vm); it != c.end())
       it->second.vcpu_ns[t.vcpu] = {t.run_ns, t.wait_ns, t.halt_ns};
+  losses_ = cap_->vm_losses(ids);
+  for (const auto& [vm, l] : losses_)
+    if (auto it = c.find(vm); it != c.end()) it->second.lost = l.first + l.second;
   metrics_.sample(now, c);
+  totals_.retain(ids);
+  counters_ = std::move(c);
   for (const auto& [id, vm] : vms_) hub_.publish(id, now, metrics_.stats(id));
 }
 
@@ -460,6 +475,8 @@ ojson host_daemon::top_json() const {
                         {"queue_rx_us", v(MAGNET_STAT_QUEUE_RX_MEAN)},
                         {"queue_rx_p99_us", v(MAGNET_STAT_QUEUE_RX_P99)},
                         {"queue_rx_per_s", v(MAGNET_STAT_QUEUE_RX_PPS)},
+                        {"lost_quota", losses_.count(id) ? losses_.at(id).first : 0},
+                        {"lost_ring", losses_.count(id) ? losses_.at(id).second : 0},
                         {"per_vcpu", per}});
   }
   return ojson{{"lost", cons_->lost()}, {"libvirt", reg_.connected()}, {"vms", vms}};
@@ -498,6 +515,23 @@ ojson host_daemon::sessions_json() const {
                       {"label", s.label}});
   }
   return ojson{{"vsock", hub_.listening_vsock()}, {"sessions", a}};
+}
+
+// From what the daemon holds (the last tick's counters, the registry's last
+// pass): no libvirt call, no kernel map read.
+http_response host_daemon::metrics_page(const http_request& r) const {
+  exposition_input in;
+  in.vms.reserve(vms_.size());
+  for (const auto& [id, vm] : vms_) {
+    auto c = counters_.find(id);
+    in.vms.push_back({vm.name, vm.uuid, id, c == counters_.end() ? nullptr : &c->second, totals_.find(id)});
+  }
+  in.records = cons_->records();
+  in.lost = cons_->lost();
+  in.resident_bytes = resident_memory_bytes();
+  in.libvirt_connected = reg_.connected();
+  const exposition f = negotiate_exposition(r.header("Accept"));
+  return {200, std::string(content_type(f)), render_metrics(in, f)};
 }
 
 std::string host_daemon::handle(const std::string& req, const admin_peer& peer) {
@@ -562,6 +596,30 @@ int host_daemon::run() {
     return 1;
   }
   admin_ = std::move(*adm);
+  if (opt_.http) {
+    auto h = http_server::open(io_, *opt_.http);
+    if (!h) {
+      std::fprintf(stderr, "magnet host: %s\n", h.err().message.c_str());
+      return 1;
+    }
+    http_ = std::move(*h);
+    http_->route("/metrics", [this](const http_request& r) { return metrics_page(r); });
+    const http_endpoint at = http_->local_endpoint();
+    log_line(1, "magnet-host: [http] serving /metrics on http://" + at.text() + "/metrics" +
+                    (at.loopback ? "" : " (not loopback: anyone who reaches it can read every VM's metrics)"));
+  }
+  // Probes loaded and attached, the socket bound and given its group: keep
+  // only the capabilities the running daemon uses (privileges.h), before
+  // any thread starts (libvirt's included), as capabilities are per thread.
+  const auto keep = daemon_capabilities(opt_.deliver && opt_.delivery.serial);
+  auto kept = keep_only_capabilities(keep);
+  if (!kept) {
+    std::fprintf(stderr, "magnet host: %s\n", kept.err().message.c_str());
+    return 1;
+  }
+  log_line(1, "magnet-host: [privileges] capabilities kept: " + *kept);
+  for (const auto& c : keep)
+    log_line(2, "magnet-host: [privileges] " + capability_names(uint64_t{1} << c.cap) + ": " + c.why);
   // Know the running VMs before the first guest connects: a guest that
   // reconnects as soon as the daemon is back would otherwise be refused
   // ("no running domain has this CID") and wait out its backoff.  (Its
@@ -616,6 +674,7 @@ int host_daemon::run() {
   for (uint16_t t : probes_) (void)cap_->set_mode(t, 0);
   (void)cons_->drain();
   admin_.reset();
+  http_.reset();
   log_line(1, "magnet-host: [stopped] " + std::to_string(cons_->records()) + " records, " +
                   std::to_string(cons_->lost()) + " lost");
   return 0;
@@ -624,6 +683,11 @@ int host_daemon::run() {
 }  // namespace
 
 int run_daemon(const daemon_options& o) {
+  // A peer that goes away must never end the daemon: libvirt's client
+  // library writes to its socket without MSG_NOSIGNAL, so a libvirtd that
+  // restarts would otherwise kill us with SIGPIPE (seen: exit 141).  Every
+  // write reports EPIPE instead.
+  ::signal(SIGPIPE, SIG_IGN);
   host_daemon d(o);
   return d.run();
 }

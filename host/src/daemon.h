@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "deliver.h"
+#include "http_server.h"
 
 namespace magnet::host {
 
@@ -31,10 +33,13 @@ struct daemon_options {
   std::string socket_group;  // read-only group of the query socket; empty: root only
   std::string probes = "net.dev,net.drop,vmnet.queue,sched,kvm.exit,kvm.entry,kvm.wakeup,blk";
   size_t ring_bytes = 16u << 20;
+  // Per-VM stream quota: events/s per VM and CPU, bursts of 0.1 s (0: none).
+  double vm_quota = 50000;
   uint64_t duration_ns = 0;  // 0 = until SIGTERM/SIGINT
   bool deliver = true;       // views into the VMs (vsock, virtio-serial)
   deliver_options delivery;
   std::vector<link_spec> links;
+  std::optional<http_endpoint> http;  // --http: serve /metrics there
 };
 
 int run_daemon(const daemon_options& o);

@@ -36,13 +36,6 @@ const char* kFindPort =
     "port_of() { for n in /sys/class/virtio-ports/*/name; do "
     "[ \"$(cat $n)\" = \"$1\" ] && echo /dev/$(basename $(dirname $n)); done; }; ";
 
-std::string ReadFile(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 // ==========================================================================================
 // Direct mode: libvirt on this machine, one TCG guest, guest network in a namespace.
 class DirectLab : public LabSuite {
@@ -53,13 +46,13 @@ class DirectLab : public LabSuite {
 
 TEST_F(DirectLab, GuestIsRunningUnderLibvirtWithTcg) {
   REQUIRE_LAB();
-  std::string pid = Trim(ReadFile("/run/libvirt/qemu/g1.pid"));
+  std::string pid = Trim(ReadFileText("/run/libvirt/qemu/g1.pid"));
   ASSERT_FALSE(pid.empty()) << "no /run/libvirt/qemu/g1.pid";
-  std::string cmdline = ReadFile("/proc/" + pid + "/cmdline");
+  std::string cmdline = ReadFileText("/proc/" + pid + "/cmdline");
   EXPECT_NE(cmdline.find("qemu-system-x86_64"), std::string::npos);
   bool tcg_vcpu = false;
   for (auto& t : fs::directory_iterator("/proc/" + pid + "/task"))
-    if (ReadFile(t.path().string() + "/comm").find("/TCG") != std::string::npos) tcg_vcpu = true;
+    if (ReadFileText(t.path().string() + "/comm").find("/TCG") != std::string::npos) tcg_vcpu = true;
   EXPECT_TRUE(tcg_vcpu) << "no 'CPU n/TCG' thread in QEMU pid " << pid;
   EXPECT_NE(lab()->Console("g1").find("MAGNET-READY name=g1"), std::string::npos);
 }

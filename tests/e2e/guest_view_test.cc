@@ -462,11 +462,7 @@ void ReconnectChecks(Lab* lab, Daemon& d) {
 
 // ==========================================================================================
 // Direct mode: two TCG guests, the view over virtio-serial.
-class GuestViewDirect : public LabSuite {
- protected:
-  static void SetUpTestSuite() { BringUp("direct", 2, 300); }
-  static void TearDownTestSuite() { TearDownLab(); }
-};
+class GuestViewDirect : public TwoGuestDirectSuite {};
 
 // The "wire": a namespace behind a veth on the lab bridge, shaped with tbf.
 // Its address keeps one MAC from test to test: a guest's ARP cache still

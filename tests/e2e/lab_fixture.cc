@@ -431,4 +431,48 @@ double IperfCentralBitsPerSecond(const std::string& json, double from_s, double 
   return InterquartileMean(IperfSeconds(json, from_s, to_s));
 }
 
+std::string ReadFileText(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool WaitFor(const std::function<bool()>& cond, double timeout_s, int step_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    if (cond()) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    usleep(static_cast<useconds_t>(step_ms) * 1000);
+  }
+}
+
+bool Listening(const std::string& ns, int port) {
+  auto r = RunProcess({"ip", "netns", "exec", ns, "ss", "-Hltn", "sport = :" + std::to_string(port)}, 10);
+  return r.status == 0 && !Trim(r.out).empty();
+}
+
+Background::Background(const std::string& cmd, const std::string& out) {
+  auto r = RunProcess({"sh", "-c", cmd + " >" + out + " 2>&1 </dev/null & echo $!"}, 10);
+  EXPECT_EQ(r.status, 0) << r.Describe();
+  pid_ = std::atoi(Trim(r.out).c_str());
+  EXPECT_GT(pid_, 0) << r.Describe();
+}
+
+bool Background::Running() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
+
+void Background::Stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  if (!WaitFor([&] { return !Running(); }, 10, 100)) ::kill(pid_, SIGKILL);
+  pid_ = -1;
+}
+
+void Background::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  WaitFor([&] { return !Running(); }, 10, 50);
+  pid_ = -1;
+}
+
 }  // namespace magnet::e2e

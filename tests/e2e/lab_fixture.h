@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/types.h>
+
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -76,9 +79,45 @@ class LabSuite : public ::testing::Test {
   static std::vector<std::string> guests_;
 };
 
+// A suite on a direct lab of its own with two guests (g1, g2); each test
+// starts only when the lab is up.
+class TwoGuestDirectSuite : public LabSuite {
+ protected:
+  static void SetUpTestSuite() { BringUp("direct", 2, 300); }
+  static void TearDownTestSuite() { TearDownLab(); }
+  void SetUp() override {
+    ASSERT_NE(lab(), nullptr);
+    ASSERT_TRUE(up_error().empty()) << up_error();
+  }
+};
+
 // Small helpers for test bodies.
 std::vector<std::string> SplitLines(const std::string& s);
 std::string Trim(const std::string& s);
+std::string ReadFileText(const std::string& path);  // "" when unreadable
+// Polls @cond every @step_ms until it holds (true) or @timeout_s pass (false).
+bool WaitFor(const std::function<bool()>& cond, double timeout_s, int step_ms = 200);
+// A TCP port listening in network namespace @ns.
+bool Listening(const std::string& ns, int port);
+
+// A process in the background (a simple command: $! is its own pid), its
+// output to @out; ended by PID (SIGTERM, SIGKILL after 10 s) when it goes
+// out of scope, however the test ends.
+class Background {
+ public:
+  Background(const std::string& cmd, const std::string& out);
+  ~Background() { Stop(); }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  bool Running() const;
+  pid_t pid() const { return pid_; }
+  void Stop();
+  // SIGKILL, and waits until it is gone.
+  void Kill();
+
+ private:
+  pid_t pid_ = -1;
+};
 
 
 // The largest flow of a view in a `magnet views --vm` reply: its average

@@ -32,6 +32,9 @@ TEST(CliRecord, UsageErrorsNameTheProblem) {
   expect_usage_error({"stat", "--interval", "soon"}, "not a duration");
   expect_usage_error({"stat", "--probes", ""}, "empty probe list");
   expect_usage_error({"frobnicate"}, "unknown command 'frobnicate'");
+  expect_usage_error({"host", "--vm-quota", "lots"}, "--vm-quota");
+  expect_usage_error({"host", "--vm-quota", "2000000000"}, "--vm-quota: 2000000000 is above 10^9 events/s");
+  expect_usage_error({"host", "--vm-quota", "-5"}, "--vm-quota");
 }
 
 TEST(CliRecord, UnwritableOutputIsAClearError) {

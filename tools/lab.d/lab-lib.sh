@@ -194,6 +194,11 @@ lab_libvirt_start() {
     lab_err "virtlogd failed to start; log: $LAB_STATE/logs/virtlogd.log"; return 1
   fi
   lab_state_set pid.virtlogd "$(cat "$LAB_STATE/virtlogd.pid")"
+  lab_libvirtd_start
+}
+
+# libvirtd itself, in the lab's namespace; waits until it answers.
+lab_libvirtd_start() {
   local libvirtd="${MAGNET_LAB_LIBVIRTD:-libvirtd}"
   if ! LIBVIRT_LOG_OUTPUTS="3:file:$LAB_STATE/logs/libvirtd.log" lab_in_ns "$libvirtd" -d -p "$LAB_STATE/libvirtd.pid" 2>>"$LAB_STATE/logs/libvirtd.log"; then
     lab_err "libvirtd ($libvirtd) failed to start; log: $LAB_STATE/logs/libvirtd.log"
@@ -214,6 +219,20 @@ lab_libvirt_start() {
   lab_err "libvirtd did not answer within ${MAGNET_LAB_LIBVIRTD_TIMEOUT:-60} s (pid $(lab_state_get pid.libvirtd)); log: $LAB_STATE/logs/libvirtd.log"
   tail -n 10 "$LAB_STATE/logs/libvirtd.log" >&2 || true
   return 1
+}
+
+# Restart libvirtd (direct mode, or inside the lab host): SIGTERM by its
+# PID, then started as 'up' starts it.  Running domains keep running;
+# libvirtd finds them again from its state under /run/libvirt.
+lab_libvirtd_restart() {
+  case "$(lab_state_get mode)" in
+    nested) lab_labhost_lab 120 restart-libvirtd; return ;;
+    direct|local) ;;
+    *) lab_err "no lab is up (state: $LAB_STATE)"; return 2 ;;
+  esac
+  lab_kill_pid qemuevents
+  lab_kill_pid libvirtd
+  lab_libvirtd_start
 }
 
 lab_kill_pid() { # NAME: end a process the lab started, by its recorded PID
@@ -532,6 +551,7 @@ usage: tools/lab COMMAND [ARGS]
   logs DIR          copy consoles and libvirt/QEMU logs into DIR
   down              destroy everything the lab started (domains, libvirtd, virtlogd, netns, lab host)
   build             build/refresh the images only
+  restart-libvirtd  stop libvirtd (by its PID) and start it again; the domains keep running
 Environment: MAGNET_LAB_MODE=direct|nested, MAGNET_BUILD_DIR, MAGNET_LAB_STATE (see docs/lab.md)
 USAGE
 }
@@ -639,6 +659,7 @@ lab_main() {
     logs) [[ $# -eq 1 ]] || lab_die "usage: tools/lab logs DIR"; lab_collect "$1" ;;
     build) "$LAB_REPO/vm-images/build.sh" "$(lab_images_dir)" ;;
     guest-pid) lab_guest_pid "$1" ;;
+    restart-libvirtd) lab_libvirtd_restart ;;
     ""|-h|--help|help) lab_usage ;;
     *) lab_usage >&2; return 2 ;;
   esac
