@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "../summary.h"
 #include "capture.h"
 #include "consumer.h"
 #include "magnet/events.h"
@@ -73,15 +74,8 @@ uint64_t now_ns(clockid_t c) {
   return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
-struct stats {
-  double med, min, max;
-};
-stats summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  return {med, v.front(), v.back()};
-}
+using magnet::bench::summarize;
+using stats = magnet::bench::summary;
 
 struct sample {
   double rps, cpu_rps, bytes_per_rec;

@@ -68,6 +68,7 @@
 #include <thread>
 #include <vector>
 
+#include "../summary.h"
 #include "deliver.h"
 #include "log.h"
 #include "magnet/event.h"
@@ -98,16 +99,8 @@ void sleep_for_ns(uint64_t ns) {
   }
 }
 
-struct summary {
-  double med = 0, min = 0, max = 0;
-};
-summary summarize(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  return {med, v.front(), v.back()};
-}
+using magnet::bench::summarize;
+using magnet::bench::summary;
 // Nearest-rank percentile of sorted values.
 double percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../summary.h"
 #include "magnet/view.h"
 #include "openmetrics.h"
 
@@ -36,15 +37,8 @@ uint64_t clock_ns(clockid_t c) {
   return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
-struct summary {
-  double med = 0, min = 0, max = 0;
-};
-summary summarize(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
-}
+using magnet::bench::summarize;
+using magnet::bench::summary;
 
 lat_stat histogram(uint64_t seed, size_t lo, size_t hi) {
   lat_stat s;
