@@ -453,11 +453,18 @@ TEST_F(NestedLab, KvmExitTimesUserspaceExitsAndVhostWorkPerGuest) {
   for (int i = 0; i < 120; ++i)
     if (lab()->Run("labhost", "grep -c 'written to' /tmp/k.log", 10).out.find('1') == 0) break;
     else sleep(1);
+  // Every kvm.entry that ends an exit (exit_ns > 0) must carry the time and
+  // reason of its thread's last kvm.exit.  A thread's entries before its
+  // first recorded exit are left out: the probes attach one after the
+  // other, so kvm.entry may see exits that kvm.exit was not yet there for.
+  // (A fresh-clone run failed with 13 of 21 438 pairs unmatched, no record
+  // lost; the trace was not kept, so that this was the cause is likely,
+  // not shown.)
   const std::string awk =
       "NR==1 { for (i = 1; i <= NF; i++) c[$i] = i; next } "
       "{ ev = $c[\"event\"]; tid = $c[\"tid\"]; ts = $c[\"ts_ns\"]; tg = $c[\"tgid\"] } "
-      "ev == \"kvm.exit\" { last[tid] = ts; lr[tid] = $c[\"exit_reason\"]; next } "
-      "ev == \"kvm.entry\" && $c[\"exit_ns\"] > 0 { n++; "
+      "ev == \"kvm.exit\" { last[tid] = ts; lr[tid] = $c[\"exit_reason\"]; seen[tid] = 1; next } "
+      "ev == \"kvm.entry\" && $c[\"exit_ns\"] > 0 && (tid in seen) { n++; "
       "  if ((tid in last) && ts - $c[\"exit_ns\"] == last[tid] && lr[tid] == $c[\"exit_reason\"]) ok++; "
       "  else bad++; delete last[tid] } "
       "ev == \"kvm.entry\" && $c[\"kvm_flags\"] == 1 && (($c[\"exit_isa\"] == 2 && $c[\"exit_reason\"] == 123) || "
