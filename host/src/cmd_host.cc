@@ -33,7 +33,7 @@ static const char* kHostHelp =
     "                         kvm.exit,kvm.entry,kvm.wakeup,blk)\n"
     "  -b, --buffer SIZE      ring buffer size (default 16M)\n"
     "      --vm-quota N       at most N events/s of one VM per CPU onto the\n"
-    "                         stream, in bursts of 0.1 s worth (default 50000;\n"
+    "                         stream, in bursts of 0.1 s worth (default 200000;\n"
     "                         0: none); the rest is that VM's lost events\n"
     "  -d, --duration T       stop after T\n"
     "\n"

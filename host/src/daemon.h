@@ -34,7 +34,7 @@ struct daemon_options {
   std::string probes = "net.dev,net.drop,vmnet.queue,sched,kvm.exit,kvm.entry,kvm.wakeup,blk";
   size_t ring_bytes = 16u << 20;
   // Per-VM stream quota: events/s per VM and CPU, bursts of 0.1 s (0: none).
-  double vm_quota = 50000;
+  double vm_quota = 200000;
   uint64_t duration_ns = 0;  // 0 = until SIGTERM/SIGINT
   bool deliver = true;       // views into the VMs (vsock, virtio-serial)
   deliver_options delivery;
