@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "admin.h"
+#include "admin_request.h"
 #include "capture.h"
 #include "cli.h"
 #include "consumer.h"
@@ -535,39 +536,39 @@ http_response host_daemon::metrics_page(const http_request& r) const {
 }
 
 std::string host_daemon::handle(const std::string& req, const admin_peer& peer) {
-  std::istringstream in(req);
-  std::string cmd, arg, extra;
-  in >> cmd >> arg;
-  const std::string no_vm = "error no running VM named '" + arg + "' (by name, UUID or magnet id)";
-  if (cmd == "top") return "ok " + dump(top_json());
-  if (cmd == "vms") return "ok " + dump(vms_json());
-  if (cmd == "sessions") return "ok " + dump(sessions_json());
-  if (cmd == "kvm" || cmd == "stats") {
-    const vm_info* vm = find_vm(arg);
-    if (!vm) return no_vm;
-    return "ok " + dump(cmd == "kvm" ? kvm_json(vm->vm_id) : stats_json(vm->vm_id));
+  // The grammar lives in admin_request.cc, the parser the fuzz target
+  // `admin_request` runs; here only what the daemon knows: VMs and rights.
+  const admin_request r = parse_admin_request(req);
+  using k = admin_request::kind;
+  const std::string no_vm = "error no running VM named '" + r.vm + "' (by name, UUID or magnet id)";
+  switch (r.k) {
+    case k::top: return "ok " + dump(top_json());
+    case k::vms: return "ok " + dump(vms_json());
+    case k::sessions: return "ok " + dump(sessions_json());
+    case k::kvm:
+    case k::stats: {
+      const vm_info* vm = find_vm(r.vm);
+      if (!vm) return no_vm;
+      return "ok " + dump(r.k == k::kvm ? kvm_json(vm->vm_id) : stats_json(vm->vm_id));
+    }
+    case k::views: {
+      if (r.vm.empty()) return "ok " + filters::to_json(eng_.snapshot());
+      const vm_info* vm = find_vm(r.vm);
+      if (!vm) return no_vm;
+      // Only that VM's instances: the same data the VM itself would receive.
+      return "ok " + filters::to_json(eng_.snapshot_vm(vm->vm_id));
+    }
+    case k::mark: {
+      if (!peer.may_write) return "error mark changes what a VM receives: root only";
+      const vm_info* vm = find_vm(r.vm);
+      if (!vm) return no_vm;
+      if (!r.value) return admin_bad_mark_value_error(r);
+      hub_.set_marker(vm->vm_id, *r.value, monotonic_ns());
+      return "ok {}";
+    }
+    case k::unknown: break;
   }
-  if (cmd == "views") {
-    if (arg.empty()) return "ok " + filters::to_json(eng_.snapshot());
-    const vm_info* vm = find_vm(arg);
-    if (!vm) return no_vm;
-    // Only that VM's instances: the same data the VM itself would receive.
-    return "ok " + filters::to_json(eng_.snapshot_vm(vm->vm_id));
-  }
-  if (cmd == "mark") {
-    if (!peer.may_write) return "error mark changes what a VM receives: root only";
-    const vm_info* vm = find_vm(arg);
-    if (!vm) return no_vm;
-    in >> extra;
-    char* end = nullptr;
-    double v = std::strtod(extra.c_str(), &end);
-    if (extra.empty() || *end || !std::isfinite(v))
-      return "error mark VM VALUE: '" + extra + "' is not a number";
-    hub_.set_marker(vm->vm_id, v, monotonic_ns());
-    return "ok {}";
-  }
-  return "error unknown request '" + cmd +
-         "' (top, vms, sessions, kvm VM, stats VM, views [VM], mark VM VALUE)";
+  return admin_unknown_request_error(r);
 }
 
 int host_daemon::run() {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "admin_request.h"
 #include "proc.h"
 
 namespace magnet {
@@ -20,6 +21,8 @@ namespace {
 
 using test::child;
 using test::run;
+using host::admin_unknown_request_error;
+using host::parse_admin_request;
 
 constexpr uid_t kNobody = 65534;
 constexpr gid_t kReaders = 54321;  // a gid no account of this machine has
@@ -96,6 +99,13 @@ TEST(AdminSocket, OnlyRootOrTheReadOnlyGroupGetAnswersWhateverTheFileMode) {
   EXPECT_EQ(mark.rfind("error mark changes what a VM receives: root only", 0), 0u) << mark;
   auto root = query_as(0, 0, sock, "mark nosuch 1");
   EXPECT_EQ(root.rfind("error no running VM named 'nosuch'", 0), 0u) << root;
+  // The daemon reads requests with parse_admin_request (the fuzzed parser)
+  // and answers in its words: any white space between words, extra words
+  // after a request without a VM ignored, an unknown request named.
+  auto spaced = query_as(0, 0, sock, "\t top\t extra");
+  EXPECT_EQ(spaced.rfind("ok {", 0), 0u) << spaced;
+  auto frob = query_as(0, 0, sock, "frob g1");
+  EXPECT_EQ(frob, admin_unknown_request_error(parse_admin_request("frob g1")) + "\n") << frob;
   EXPECT_EQ(d.stop(SIGTERM), 0) << d.stderr_text();
 }
 
