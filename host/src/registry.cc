@@ -266,15 +266,28 @@ status registry::reconcile() {
     vm.libvirt_id = static_cast<int>(virDomainGetID(d));
     std::string pidf = read_line("/run/libvirt/qemu/" + vm.name + ".pid");
     vm.qemu_pid = pidf.empty() ? 0 : std::atoi(pidf.c_str());
-    if (char* xml = virDomainGetXMLDesc(d, 0)) {
-      auto facts = parse_domain_xml(xml);
-      free(xml);
-      vm.vsock_cid = facts.vsock_cid;
-      vm.view_channel = facts.view_channel;
-      vm.allowance_tx_bps = facts.allowance_tx_bps;
-      vm.allowance_rx_bps = facts.allowance_rx_bps;
-      if (vm.qemu_pid) vm.taps = resolve_taps(vm.qemu_pid, facts.taps);
+    char* xml = virDomainGetXMLDesc(d, 0);
+    if (!xml) {
+      // No description, so no CID, channel or taps: not a change of the
+      // domain but of libvirt (a libvirtd going away answers the list and
+      // then fails this; the domain may also have just stopped).  What was
+      // known stays as it was this round; a domain not known yet waits
+      // for the next.  Taking the empty facts as the domain's would close
+      // its guest's sessions ("no longer has CID N") for nothing.
+      {
+        std::lock_guard lk(mu_);
+        if (auto it = by_uuid_.find(vm.uuid); it != by_uuid_.end()) now.emplace(vm.uuid, it->second);
+      }
+      virDomainFree(d);
+      continue;
     }
+    auto facts = parse_domain_xml(xml);
+    free(xml);
+    vm.vsock_cid = facts.vsock_cid;
+    vm.view_channel = facts.view_channel;
+    vm.allowance_tx_bps = facts.allowance_tx_bps;
+    vm.allowance_rx_bps = facts.allowance_rx_bps;
+    if (vm.qemu_pid) vm.taps = resolve_taps(vm.qemu_pid, facts.taps);
     if (vm.qemu_pid) {
       vm.threads = qemu_threads(vm.qemu_pid);
       // Every hierarchy's path is reported; the unified (v2) ones are what
