@@ -17,10 +17,19 @@ packages=(
   prometheus
   # bench/adapt and tools/demo: the plot of rates over time
   gnuplot-nox
+  # magnet host's dashboard: tested in a real browser (tests/e2e/browser/)
+  chromium chromium-driver
   # lab: VMs and their images
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
   busybox-static cpio kmod socat
 )
+# The dashboard's front end (uPlot) and its browser test (playwright-core)
+# come from npm at build time: Debian's nodejs and npm, unless a node with
+# its own npm is installed already (e.g. NodeSource's nodejs, which
+# conflicts with Debian's npm).
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 if [[ -n "${MAGNET_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"$MAGNET_EXTRA_PACKAGES"
   packages+=("${extra[@]}")

@@ -50,11 +50,17 @@ static const char* kHostHelp =
     "                         available bandwidth there\n"
     "\n"
     "\n"
-    "Prometheus metrics (docs/metrics.md):\n"
-    "      --http [ADDR:PORT] serve /metrics over HTTP there (default\n"
-    "                         127.0.0.1:9477; PORT 0: any free port); an\n"
-    "                         address other than loopback is served with a\n"
-    "                         warning: there is no authentication\n"
+    "Prometheus metrics and the live dashboard (docs/metrics.md, docs/dashboard.md):\n"
+    "      --http [ADDR:PORT] serve /metrics and the live dashboard (/) over\n"
+    "                         HTTP there (default 127.0.0.1:9477; PORT 0: any\n"
+    "                         free port); an address other than loopback needs\n"
+    "                         --http-tokens (docs/dashboard.md)\n"
+    "      --http-tokens FILE tokens every HTTP request must carry, one a line:\n"
+    "                         'TOKEN all' (operator) or 'TOKEN DOMAIN-or-UUID'\n"
+    "                         (a tenant: that VM's page, stream and views only);\n"
+    "                         the file must be mode 0600 or 0400\n"
+    "      --http-stream-interval T\n"
+    "                         one dashboard stream event every T (default 500ms)\n"
     "      --list-metrics     print the series /metrics has and exit\n"
     "\n"
     "      --check-views FILE validate a view file and exit\n"
@@ -176,6 +182,17 @@ int cmd_host(cli::args& a) {
                          "--http");
     }
   }
+  if (auto v = a.value("--http-tokens")) {
+    if (!o.http) throw cli::usage_error("--http-tokens: only with --http");
+    o.http_tokens = cli::need(load_tokens(*v), "--http-tokens");
+  }
+  if (auto v = a.value("--http-stream-interval")) {
+    uint64_t ns = cli::need(cli::parse_duration_ns(*v), "--http-stream-interval");
+    if (ns < 100'000'000 || ns > 60'000'000'000ull)
+      throw cli::usage_error("--http-stream-interval: " + *v + " is not between 100ms and 60s");
+    o.http_stream_ns = ns;
+  }
+  if (std::string why = http_access_problem(o); !why.empty()) throw cli::usage_error(why);
   if (auto v = a.value("--uri")) o.uri = *v;
   if (auto v = a.value("--views")) o.views_path = *v;
   if (auto v = a.value("--socket")) o.socket_path = *v;

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <utility>  // before asio: Boost 1.74 forgets it for C++20
@@ -23,6 +24,7 @@
 #include "capture.h"
 #include "cli.h"
 #include "consumer.h"
+#include "dashboard.h"
 #include "http_server.h"
 #include "log.h"
 #include "magnet/events.h"
@@ -207,6 +209,10 @@ class host_daemon : public vm_tagger {
   ojson stats_json(uint32_t vm) const;
   ojson sessions_json() const;
   http_response metrics_page(const http_request& r) const;
+  // The dashboard (docs/dashboard.md): its routes, its JSON, its streams.
+  void serve_dashboard();
+  ojson dashboard_json() const;
+  void push_streams();
   const vm_info* find_vm(const std::string& key) const;
 
   daemon_options opt_;
@@ -215,7 +221,13 @@ class host_daemon : public vm_tagger {
   std::unique_ptr<ring_consumer> cons_;
   std::unique_ptr<asio::posix::stream_descriptor> ring_fd_;
   std::unique_ptr<admin_server> admin_;
-  std::unique_ptr<http_server> http_;  // --http: /metrics
+  std::unique_ptr<http_server> http_;  // --http: /metrics, the dashboard
+  struct stream_peer {
+    std::shared_ptr<http_stream> s;
+    access who;
+  };
+  std::vector<stream_peer> streams_;  // the dashboard's open event streams
+  uint64_t stream_seq_ = 1;  // event ids: 1 and up
   asio::steady_timer timer_{io_};
   asio::steady_timer::time_point next_tick_;
   filters::engine eng_;
@@ -386,6 +398,8 @@ void host_daemon::tick() {
       resolve_links();
     }
     sample(now);
+    if (!streams_.empty() && ticks_ % std::max<uint64_t>(1, opt_.http_stream_ns / 100'000'000) == 0)
+      push_streams();
     // A tick that ran late does not make the next ones bunch up.
     if (asio::steady_timer::clock_type::now() > next_tick_ + std::chrono::milliseconds(100))
       next_tick_ = asio::steady_timer::clock_type::now();
@@ -535,6 +549,115 @@ http_response host_daemon::metrics_page(const http_request& r) const {
   return {200, std::string(content_type(f)), render_metrics(in, f)};
 }
 
+// What `magnet top` shows (top_json, the same vm_metrics values), per VM
+// with its UUID, the median queueing delays and the exits by reason.
+ojson host_daemon::dashboard_json() const {
+  ojson top = top_json();
+  ojson vms = ojson::array();
+  for (auto row : top["vms"]) {
+    const uint32_t id = row["vm"].get<uint32_t>();
+    auto it = vms_.find(id);
+    row["uuid"] = it != vms_.end() ? it->second.uuid : "";
+    row["queue_tx_p50_us"] = metrics_.value(id, MAGNET_STAT_QUEUE_TX_P50);
+    row["queue_rx_p50_us"] = metrics_.value(id, MAGNET_STAT_QUEUE_RX_P50);
+    ojson exits = ojson::array();
+    const ojson kvm = kvm_json(id);  // kept: a range-for over kvm_json(id)["exits"] would outlive it
+    for (const auto& e : kvm["exits"])
+      exits.push_back(ojson{{"reason", e["reason"]}, {"per_s", e["exits_per_s"]}});
+    row["exits_by_reason"] = std::move(exits);
+    vms.push_back(std::move(row));
+  }
+  timespec wall{};
+  clock_gettime(CLOCK_REALTIME, &wall);
+  return ojson{{"at_ms", metrics_.sampled_at() / 1000000},  // the sample's time (monotonic)
+               {"wall_ms", uint64_t(wall.tv_sec) * 1000 + uint64_t(wall.tv_nsec) / 1000000},  // for charts
+               {"lost", top["lost"]},
+               {"libvirt", top["libvirt"]},
+               {"vms", std::move(vms)}};
+}
+
+// Each open stream gets the sample its token may see; the JSON is made
+// once per distinct access, not per browser.
+void host_daemon::push_streams() {
+  std::erase_if(streams_, [](const stream_peer& p) { return !p.s->open(); });
+  if (streams_.empty()) return;
+  const ojson all = dashboard_json();
+  std::map<std::pair<bool, std::string>, std::string> cut;
+  const uint64_t id = ++stream_seq_;
+  for (auto& p : streams_) {
+    auto [it, fresh] = cut.try_emplace({p.who.all, p.who.vm});
+    if (fresh) it->second = dump(for_access(all, p.who));
+    p.s->push(sse_event{id, "sample", it->second});
+  }
+}
+
+void host_daemon::serve_dashboard() {
+  const auto json_reply = [](const ojson& j, const auth_result& a) {
+    http_response r{200, "application/json", dump(j) + "\n", {{"Cache-Control", "no-store"}}};
+    if (!a.set_cookie.empty()) r.headers.emplace_back("Set-Cookie", a.set_cookie);
+    return r;
+  };
+  // The page and its files: no VM data in them, but behind the token too.
+  const auto asset = [this](const http_request& r) {
+    auto a = authorize(opt_.http_tokens, r);
+    if (!a.who) return a.refusal;
+    const embedded_asset* f = find_dashboard_asset(r.path);
+    if (!f) return http_response{404, "text/plain; charset=utf-8", "no such path: " + r.path + "\n"};
+    http_response res{200, f->content_type, std::string(reinterpret_cast<const char*>(f->data), f->size)};
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.headers.emplace_back("X-Content-Type-Options", "nosniff");
+    if (r.path == "/")
+      res.headers.emplace_back("Content-Security-Policy",
+                               "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'");
+    // The token leaves the address bar's history once it is a cookie.
+    if (!a.set_cookie.empty()) res.headers.emplace_back("Set-Cookie", a.set_cookie);
+    return res;
+  };
+  http_->route("/", asset);
+  http_->route_prefix("/assets/", asset);
+  http_->route("/api/vms", [this, json_reply](const http_request& r) {
+    auto a = authorize(opt_.http_tokens, r);
+    if (!a.who) return a.refusal;
+    ojson j = for_access(dashboard_json(), *a.who);
+    j["scope"] = a.who->all ? "all" : "vm";
+    return json_reply(j, a);
+  });
+  // /api/vm/NAME/views: that VM's view instances (`magnet views --vm NAME`).
+  http_->route_prefix("/api/vm/", [this](const http_request& r) {
+    auto a = authorize(opt_.http_tokens, r);
+    if (!a.who) return a.refusal;
+    std::string rest = r.path.substr(std::string("/api/vm/").size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string::npos || rest.substr(slash) != "/views")
+      return http_response{404, "text/plain; charset=utf-8", "no such path: " + r.path + "\n"};
+    const std::string key = url_decode(rest.substr(0, slash));
+    const vm_info* vm = find_vm(key);
+    // A tenant learns nothing of other VMs, not even whether they run.
+    if (!vm || !a.who->may_see(vm->name, vm->uuid)) {
+      if (!a.who->all) return forbidden("VM '" + key + "'");
+      return http_response{404, "text/plain; charset=utf-8", "no running VM named '" + key + "'\n"};
+    }
+    http_response res{200, "application/json", filters::to_json(eng_.snapshot_vm(vm->vm_id)) + "\n",
+                      {{"Cache-Control", "no-store"}}};
+    if (!a.set_cookie.empty()) res.headers.emplace_back("Set-Cookie", a.set_cookie);
+    return res;
+  });
+  http_->route_stream("/api/stream", [this](const http_request& r) {
+    stream_reply rep;
+    auto a = authorize(opt_.http_tokens, r);
+    if (!a.who) {
+      rep.refuse = a.refusal;
+      return rep;
+    }
+    rep.on_open = [this, who = *a.who](std::shared_ptr<http_stream> s) {
+      // The newest sample at once, then one every --http-stream-interval.
+      s->push(sse_event{stream_seq_, "sample", dump(for_access(dashboard_json(), who))});
+      streams_.push_back({std::move(s), who});
+    };
+    return rep;
+  });
+}
+
 std::string host_daemon::handle(const std::string& req, const admin_peer& peer) {
   // The grammar lives in admin_request.cc, the parser the fuzz target
   // `admin_request` runs; here only what the daemon knows: VMs and rights.
@@ -604,10 +727,22 @@ int host_daemon::run() {
       return 1;
     }
     http_ = std::move(*h);
-    http_->route("/metrics", [this](const http_request& r) { return metrics_page(r); });
+    http_->route("/metrics", [this](const http_request& r) {
+      auto a = authorize(opt_.http_tokens, r);
+      if (!a.who) return a.refusal;
+      // A tenant's scrape would carry host-wide series too: /metrics is the
+      // operator's (docs/dashboard.md).
+      if (!a.who->all) return forbidden("/metrics (the host's metrics are for operator tokens)");
+      return metrics_page(r);
+    });
+    serve_dashboard();
     const http_endpoint at = http_->local_endpoint();
     log_line(1, "magnet-host: [http] serving /metrics on http://" + at.text() + "/metrics" +
-                    (at.loopback ? "" : " (not loopback: anyone who reaches it can read every VM's metrics)"));
+                    (at.loopback ? "" : " (not loopback: only with a token of --http-tokens)"));
+    log_line(1, "magnet-host: [http] dashboard on http://" + at.text() + "/" +
+                    (opt_.http_tokens.empty() ? std::string(" (no tokens: loopback only)")
+                                              : " (" + std::to_string(opt_.http_tokens.tokens.size()) +
+                                                    " tokens of --http-tokens)"));
   }
   // Probes loaded and attached, the socket bound and given its group: keep
   // only the capabilities the running daemon uses (privileges.h), before
@@ -675,6 +810,7 @@ int host_daemon::run() {
   for (uint16_t t : probes_) (void)cap_->set_mode(t, 0);
   (void)cons_->drain();
   admin_.reset();
+  streams_.clear();
   http_.reset();
   log_line(1, "magnet-host: [stopped] " + std::to_string(cons_->records()) + " records, " +
                   std::to_string(cons_->lost()) + " lost");
@@ -690,7 +826,19 @@ int run_daemon(const daemon_options& o) {
   // write reports EPIPE instead.
   ::signal(SIGPIPE, SIG_IGN);
   host_daemon d(o);
+  if (std::string why = http_access_problem(o); !why.empty()) {
+    std::fprintf(stderr, "magnet host: %s\n", why.c_str());
+    return 2;
+  }
   return d.run();
+}
+
+std::string http_access_problem(const daemon_options& o) {
+  if (o.http && !o.http->loopback && o.http_tokens.empty())
+    return "--http " + o.http->text() +
+           ": not a loopback address, and no --http-tokens: without tokens the dashboard and "
+           "/metrics are served on loopback only (127.0.0.1 or ::1)";
+  return {};
 }
 
 query_reply query_daemon(const std::string& socket_path, const std::string& request) {

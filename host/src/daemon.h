@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dashboard.h"
 #include "deliver.h"
 #include "http_server.h"
 
@@ -39,8 +40,14 @@ struct daemon_options {
   bool deliver = true;       // views into the VMs (vsock, virtio-serial)
   deliver_options delivery;
   std::vector<link_spec> links;
-  std::optional<http_endpoint> http;  // --http: serve /metrics there
+  std::optional<http_endpoint> http;  // --http: serve /metrics and the dashboard there
+  token_table http_tokens;            // --http-tokens: empty: loopback only, no tokens asked
+  uint64_t http_stream_ns = 500'000'000;  // --http-stream-interval: between stream events
 };
+
+// Why @o cannot serve HTTP as given (a non-loopback --http without
+// --http-tokens), or "".
+std::string http_access_problem(const daemon_options& o);
 
 int run_daemon(const daemon_options& o);
 

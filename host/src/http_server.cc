@@ -66,6 +66,46 @@ std::string http_request::header(std::string_view name) const {
   return {};
 }
 
+std::string sse_frame(const sse_event& e) {
+  std::string out;
+  if (e.id) out += "id: " + std::to_string(e.id) + "\n";
+  if (!e.event.empty()) {
+    out += "event: ";
+    for (char c : e.event)
+      if (c != '\r' && c != '\n') out += c;
+    out += "\n";
+  }
+  // Each line of the data its own "data:" line (CRLF, CR and LF all end
+  // lines for the reader); the reader joins them with LF again.
+  size_t at = 0;
+  const std::string& d = e.data;
+  while (true) {
+    size_t end = d.find_first_of("\r\n", at);
+    out += "data: ";
+    out.append(d, at, end == std::string::npos ? std::string::npos : end - at);
+    out += "\n";
+    if (end == std::string::npos) break;
+    at = end + (d[end] == '\r' && end + 1 < d.size() && d[end + 1] == '\n' ? 2 : 1);
+  }
+  out += "\n";
+  return out;
+}
+
+void latest_queue::push(sse_event e) {
+  while (q_.size() >= cap_) {
+    q_.pop_front();
+    dropped_++;
+  }
+  q_.push_back(std::move(e));
+}
+
+std::optional<sse_event> latest_queue::pop() {
+  if (q_.empty()) return std::nullopt;
+  sse_event e = std::move(q_.front());
+  q_.pop_front();
+  return e;
+}
+
 struct http_server::state : std::enable_shared_from_this<state> {
   state(asio::io_context& io, http_options o) : io(io), acceptor(io), retry(io), opt(o) {}
   void accept();
@@ -75,6 +115,8 @@ struct http_server::state : std::enable_shared_from_this<state> {
   asio::steady_timer retry;
   http_options opt;
   std::map<std::string, handler, std::less<>> routes;
+  std::map<std::string, handler, std::less<>> prefixes;
+  std::map<std::string, stream_handler, std::less<>> streams;
   unsigned live = 0;
   uint64_t refused = 0;
   bool refusing_logged = false;
@@ -82,14 +124,16 @@ struct http_server::state : std::enable_shared_from_this<state> {
 
 namespace {
 
-// One connection: requests in order (keep-alive), each read under a deadline.
-class session : public std::enable_shared_from_this<session> {
+// One connection: requests in order (keep-alive), each read under a
+// deadline; or, once a stream route took it, an event stream until either
+// side ends it (the peer closes, a write misses its deadline).
+class session : public std::enable_shared_from_this<session>, public http_stream {
  public:
   session(std::shared_ptr<http_server::state> s, tcp::socket sock)
       : s_(std::move(s)), stream_(std::move(sock)) {
     s_->live++;
   }
-  ~session() { s_->live--; }
+  ~session() { uncount(); }
 
   void read() {
     parser_.emplace();
@@ -131,7 +175,28 @@ class session : public std::enable_shared_from_this<session> {
     const unsigned version = req.version();
     if (r.path.empty() || r.path.front() != '/')
       return fail(400, "request target '" + r.target + "' is not a path");
+    if (auto st = s_->streams.find(r.path); st != s_->streams.end()) {
+      if (req.method() != http::verb::get) {
+        http_response res{405, "text/plain; charset=utf-8", "method " + r.method + " not allowed: GET\n"};
+        return send(res, version, keep, false, true);
+      }
+      stream_reply rep;
+      try {
+        rep = st->second(r);
+      } catch (const std::exception& e) {
+        log_line(0, std::string("magnet-host: [http.error] ") + r.path + ": " + e.what());
+        rep.refuse = http_response{500, "text/plain; charset=utf-8", "internal error\n"};
+      }
+      if (rep.refuse) return send(*rep.refuse, version, keep, false);
+      return start_stream(rep);
+    }
     auto it = s_->routes.find(r.path);
+    if (it == s_->routes.end()) {
+      // The longest prefix route that matches, if any.
+      for (auto p = s_->prefixes.begin(); p != s_->prefixes.end(); ++p)
+        if (r.path.starts_with(p->first) && (it == s_->routes.end() || p->first.size() > it->first.size()))
+          it = p;
+    }
     if (it == s_->routes.end()) {
       http_response res{404, "text/plain; charset=utf-8", "no such path: " + r.path + "\n"};
       return send(res, version, keep, req.method() == http::verb::head);
@@ -161,6 +226,7 @@ class session : public std::enable_shared_from_this<session> {
     msg->set(http::field::server, "magnet");
     msg->set(http::field::content_type, r.content_type);
     if (allow) msg->set(http::field::allow, "GET, HEAD");
+    for (const auto& [k, v] : r.headers) msg->insert(k, v);
     msg->keep_alive(keep);
     msg->content_length(r.body.size());
     if (!head) msg->body() = r.body;
@@ -200,11 +266,95 @@ class session : public std::enable_shared_from_this<session> {
                             });
   }
 
+  // The limit counts open connections: a closed one whose session the
+  // daemon still holds (an event stream until its next push) is not one.
+  void uncount() {
+    if (counted_) s_->live--;
+    counted_ = false;
+  }
+
   void close() {
+    open_ = false;
+    uncount();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
   }
+
+ public:
+  // http_stream
+  bool push(sse_event e) override {
+    if (!open_ || !queue_) return false;
+    queue_->push(std::move(e));
+    if (!writing_) write_next();
+    return true;
+  }
+  bool open() const override { return open_ && streaming_; }
+  uint64_t dropped() const override { return queue_ ? queue_->dropped() : 0; }
+  uint64_t written() const override { return written_; }
+
+ private:
+  // The response's headers, then events as they are pushed.  The body ends
+  // with the connection (no length, no chunks: what EventSource reads).
+  void start_stream(const stream_reply& rep) {
+    streaming_ = true;
+    queue_.emplace(s_->opt.stream_queue);
+    beast::error_code ec;
+    if (s_->opt.stream_sndbuf > 0)
+      stream_.socket().set_option(asio::socket_base::send_buffer_size(s_->opt.stream_sndbuf), ec);
+    out_ = "HTTP/1.1 200 OK\r\nServer: magnet\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+           "Cache-Control: no-store\r\nConnection: close\r\n";
+    for (const auto& [k, v] : rep.headers) out_ += k + ": " + v + "\r\n";
+    out_ += "\r\nretry: 2000\n\n";  // the browser reconnects after 2 s
+    writing_ = true;
+    stream_.expires_after(std::chrono::milliseconds(s_->opt.write_timeout_ms));
+    asio::async_write(stream_, asio::buffer(out_), [self = shared_from_this()](beast::error_code e, size_t) {
+      if (e) return self->close();
+      self->write_next();
+    });
+    watch_peer();
+    if (rep.on_open) rep.on_open(shared_from_this());
+  }
+
+  // The oldest event not yet written, after a count of the events dropped
+  // since the last write (all older than it: the queue drops its oldest).
+  void write_next() {
+    if (!open_) return;
+    auto e = queue_->pop();
+    if (!e) {
+      writing_ = false;
+      return;
+    }
+    out_.clear();
+    if (queue_->dropped() != reported_drops_) {
+      reported_drops_ = queue_->dropped();
+      out_ += sse_frame({0, "dropped", std::to_string(reported_drops_)});
+    }
+    out_ += sse_frame(*e);
+    writing_ = true;
+    written_++;
+    stream_.expires_after(std::chrono::milliseconds(s_->opt.write_timeout_ms));
+    asio::async_write(stream_, asio::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->write_next();
+    });
+  }
+
+  // A stream's peer sends nothing more; reading tells when it has gone.
+  void watch_peer() {
+    stream_.socket().async_read_some(asio::buffer(scratch_), [self = shared_from_this()](beast::error_code e, size_t) {
+      if (e) return self->close();
+      self->watch_peer();
+    });
+  }
+
+  bool open_ = true;
+  bool counted_ = true;  // in s_->live
+  bool streaming_ = false;
+  bool writing_ = false;
+  std::optional<latest_queue> queue_;
+  std::string out_;  // what is being written
+  uint64_t written_ = 0, reported_drops_ = 0;
 
   std::shared_ptr<http_server::state> s_;
   beast::tcp_stream stream_;
@@ -265,9 +415,13 @@ http_server::~http_server() {
   s_->retry.cancel();
   // Sessions still open hold the state; they find no route any more.
   s_->routes.clear();
+  s_->prefixes.clear();
+  s_->streams.clear();
 }
 
 void http_server::route(const std::string& path, handler h) { s_->routes[path] = std::move(h); }
+void http_server::route_prefix(const std::string& prefix, handler h) { s_->prefixes[prefix] = std::move(h); }
+void http_server::route_stream(const std::string& path, stream_handler h) { s_->streams[path] = std::move(h); }
 
 http_endpoint http_server::local_endpoint() const {
   boost::system::error_code ec;

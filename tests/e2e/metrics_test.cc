@@ -3,10 +3,15 @@
 // asks for OpenMetrics, so its strict parser reads the page) stores the
 // series, and its HTTP API answers with each VM's own figures, labelled
 // with that VM's domain and UUID, agreeing with what iperf3 measured.
+// And the live dashboard in a real browser (Debian's chromium driven by
+// playwright-core, tests/e2e/browser/): both VMs' panels live during
+// traffic, agreeing with `magnet top --json`; a tenant token sees its VM
+// alone.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -235,6 +240,189 @@ TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
   const json q = Query(pport, "magnet_vm_host_queue_seconds_bucket{le=\"+Inf\",direction=\"transmit\"}", t_after);
   EXPECT_EQ(q.size(), 2u) << "a queueing histogram per VM: " << q.dump();
   prom.Stop();
+  daemon.Stop();
+}
+
+// The relative difference of @a from @b (0 when both are 0).
+double RelDiff(double a, double b) {
+  if (a == b) return 0;
+  return std::fabs(a - b) / std::max(std::fabs(a), std::fabs(b));
+}
+
+TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
+  const std::string art = ArtifactDir("MetricsDirect.Dashboard");
+  ASSERT_EQ(::access("/usr/bin/chromium", X_OK), 0) << "no /usr/bin/chromium: tools/setup.sh installs Debian's chromium";
+  const std::string modules = BuildDir() + "/tests/e2e/browser/node_modules";
+  ASSERT_EQ(::access((modules + "/playwright-core/package.json").c_str(), R_OK), 0)
+      << "playwright-core is not in the build tree: cmake --build build --target e2e_browser_modules";
+  const std::string magnet = BuildDir() + "/host/magnet";
+  const std::string sock = "/tmp/magnet-e2e-dash-" + std::to_string(getpid()) + ".sock";
+
+  // The lab's domains and UUIDs, from libvirt.
+  std::map<std::string, std::string> uuid;
+  for (const std::string g : {"g1", "g2"}) {
+    auto r = RunProcess({"virsh", "-c", "qemu:///system", "domuuid", g}, 20);
+    ASSERT_EQ(r.status, 0) << r.Describe();
+    uuid[g] = Trim(r.out);
+    ASSERT_EQ(uuid[g].size(), 36u) << r.out;
+  }
+  // An operator token and g1's tenant token (random, mode 0600).
+  auto token = [] {
+    std::ifstream u("/dev/urandom", std::ios::binary);
+    std::string t;
+    const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    for (int i = 0; i < 32; ++i) t += abc[static_cast<unsigned char>(u.get()) % 62];
+    return t;
+  };
+  const std::string op = token(), tenant = token(), tokens = art + "/tokens";
+  {
+    std::ofstream f(tokens, std::ios::trunc);
+    f << op << " all\n" << tenant << " g1\n";
+  }
+  ASSERT_EQ(::chmod(tokens.c_str(), 0600), 0);
+  // One stream event per tick (100 ms): the page is at most a tick behind
+  // `magnet top`, which the comparison below relies on.
+  Background daemon(magnet + " -v host --socket " + sock + " --http 127.0.0.1:0 --http-tokens " + tokens +
+                        " --http-stream-interval 100ms --duration 400",
+                    art + "/host.log");
+  std::smatch m;
+  std::string log;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        log = ReadFileText(art + "/host.log");
+        return std::regex_search(log, m, std::regex(R"(\[http\] dashboard on http://127\.0\.0\.1:(\d+)/ )"));
+      },
+      30))
+      << log;
+  const int port = std::stoi(m[1]);
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, 10);
+    auto j = json::parse(r.out, nullptr, false);
+    return !j.is_discarded() && j["vms"].size() == 2;
+  }, 30)) << "the daemon does not know both guests";
+
+  // UDP from each guest at its own rate, for longer than the browser needs.
+  struct guest {
+    std::string name;
+    int port;
+    const char* rate;
+  };
+  const std::vector<guest> gs = {{"g1", 5631, "20M"}, {"g2", 5632, "5M"}};
+  std::vector<std::unique_ptr<Background>> servers;
+  for (const auto& g : gs) {
+    servers.push_back(std::make_unique<Background>(
+        "ip netns exec magnetlab timeout 150 iperf3 -s -1 -B 10.77.0.1 -p " + std::to_string(g.port),
+        art + "/iperf-server-" + g.name + ".log"));
+    ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", g.port); }, 10)) << "iperf3 server on " << g.port;
+  }
+  std::vector<std::future<ProcResult>> clients;
+  for (const auto& g : gs)
+    clients.push_back(std::async(std::launch::async, [&, g] {
+      return lab()->Run(g.name, "iperf3 -c 10.77.0.1 -p " + std::to_string(g.port) + " -u -b " + g.rate +
+                                    " -l 1400 -t 60 >/dev/null 2>&1; echo rc=$?",
+                        150);
+    }));
+  // Traffic seen by the daemon on both taps before the browser opens.
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, 10);
+    auto j = json::parse(r.out, nullptr, false);
+    if (j.is_discarded()) return false;
+    int busy = 0;
+    for (const auto& v : j["vms"]) busy += v.value("tx_mbps", 0.0) > 1;
+    return busy == 2;
+  }, 60)) << "no traffic from both guests";
+
+  json cfg = {{"url", "http://127.0.0.1:" + std::to_string(port)},
+              {"operator_token", op},
+              {"tenant_token", tenant},
+              {"tenant_vm", "g1"},
+              {"other_vm", "g2"},
+              {"other_uuid", uuid["g2"]},
+              {"vms", {"g1", "g2"}},
+              {"magnet", magnet},
+              {"socket", sock},
+              {"out_dir", art},
+              {"snapshots", 7},
+              {"need_traffic", true}};
+  std::ofstream(art + "/browser-config.json", std::ios::trunc) << cfg.dump(1);
+  auto b = RunProcess({"node", SourceDir() + "/tests/e2e/browser/dashboard_check.cjs", art + "/browser-config.json"},
+                      240, {{"NODE_PATH", modules}});
+  std::ofstream(art + "/browser.log", std::ios::trunc) << b.out << b.err;
+  const json res = json::parse(ReadFileText(art + "/dashboard-result.json"), nullptr, false);
+  ASSERT_EQ(b.status, 0) << b.Describe() << "\n" << (res.is_discarded() ? "" : res.value("failure", ""));
+  ASSERT_FALSE(res.is_discarded());
+
+  // The operator: both panels, live, non-zero, as `magnet top` says.
+  const json& o = res["operator"];
+  EXPECT_EQ(o["status"], 200);
+  EXPECT_EQ(o["status_text"], "live");
+  EXPECT_EQ(o["picker"], json({"", "g1", "g2"}));
+  EXPECT_EQ(o["errors"], json::array()) << "console errors in the page";
+  EXPECT_EQ(o["offsite"], json::array()) << "requests to anything but the daemon (a CDN?)";
+  ASSERT_GE(o["snapshots"].size(), 5u) << "pairs of the page's numbers and magnet top";
+  // Per VM and figure: the median over the pairs of |page - top| / max
+  // (one pair may straddle a tick: the page then shows the one before).
+  for (const std::string g : {"g1", "g2"}) {
+    for (const auto& [attr, field] : std::vector<std::pair<std::string, std::string>>{
+             {"tx-mbps", "tx_mbps"}, {"vcpu-run", "vcpu_run"}, {"vcpu-halt", "vcpu_halt"}}) {
+      std::vector<double> diffs;
+      double page_sum = 0;
+      for (const auto& s : o["snapshots"]) {
+        const double page = std::stod(s["dom"][g][attr].get<std::string>());
+        double top = -1;
+        for (const auto& v : s["top"]["vms"])
+          if (v["name"] == g) top = v[field].get<double>();
+        ASSERT_GE(top, 0) << g << " missing in magnet top";
+        diffs.push_back(RelDiff(page, top));
+        page_sum += page;
+      }
+      std::sort(diffs.begin(), diffs.end());
+      const double median = diffs[diffs.size() / 2];
+      EXPECT_LE(median, 0.05) << g << " " << attr << ": page and magnet top differ by " << median * 100 << " %";
+      if (attr == "tx-mbps") {
+        EXPECT_GT(page_sum / o["snapshots"].size(), 1.0) << g << ": no live bandwidth on its panel";
+      }
+      std::printf("[e2e] dashboard %s %s: mean on the page %.3f, median difference from magnet top %.2f %%\n",
+                  g.c_str(), attr.c_str(), page_sum / o["snapshots"].size(), median * 100);
+    }
+  }
+  EXPECT_EQ(o["drill"]["title"], "views of g1");
+  EXPECT_NE(std::find(o["drill"]["views"].begin(), o["drill"]["views"].end(), "guest-tx"), o["drill"]["views"].end());
+  EXPECT_GE(o["drill"]["flows"].get<int>(), 1) << "g1's flow in its guest-tx view";
+  EXPECT_TRUE(o["after_pick"]["g2"]["hidden"].get<bool>()) << "picking g1 hides g2's panel";
+
+  // The tenant: g1 alone, in the page, the stream and the API.
+  const json& t = res["tenant"];
+  EXPECT_EQ(t["status"], 200);
+  EXPECT_EQ(t["picker"], json({"", "g1"}));
+  EXPECT_EQ(t["panels"].size(), 1u) << t["panels"].dump();
+  EXPECT_TRUE(t["panels"].contains("g1"));
+  const std::string html = t["html"];
+  EXPECT_EQ(html.find("g2"), std::string::npos) << "g2's name in the tenant's page";
+  EXPECT_EQ(html.find(uuid["g2"]), std::string::npos) << "g2's UUID in the tenant's page";
+  EXPECT_NE(html.find(uuid["g1"]), std::string::npos);
+  ASSERT_GE(t["stream"].size(), 3u);
+  for (const auto& e : t["stream"]) {
+    const std::string d = e;
+    EXPECT_EQ(d.find("\"g2\""), std::string::npos) << d;
+    EXPECT_EQ(d.find(uuid["g2"]), std::string::npos) << d;
+    EXPECT_NE(d.find("\"g1\""), std::string::npos) << d;
+  }
+  EXPECT_EQ(t["views_own"], 200);
+  EXPECT_EQ(t["views_other"], 403);
+  EXPECT_EQ(t["views_other_uuid"], 403);
+  EXPECT_EQ(t["metrics"], 403);
+  EXPECT_EQ(t["api_vms"].get<std::string>().find("g2"), std::string::npos);
+  EXPECT_EQ(t["offsite"], json::array());
+  for (const std::string shot : {"dashboard-operator.png", "dashboard-operator-g1-views.png", "dashboard-tenant-g1.png"}) {
+    struct stat st;
+    EXPECT_EQ(::stat((art + "/" + shot).c_str(), &st), 0) << shot;
+    EXPECT_GT(st.st_size, 10000) << shot;
+  }
+  for (auto& c : clients) {
+    auto r = c.get();
+    EXPECT_NE(r.out.find("rc=0"), std::string::npos) << r.Describe();
+  }
   daemon.Stop();
 }
 
