@@ -94,7 +94,9 @@ class Daemon {
   times Restart(const std::string& sig, int n) {
     const std::string up = "cut -d' ' -f1 /proc/uptime";
     auto r = h_.Sh(
-        "p=$(cat " + pidf_ + "); kill -" + sig + " $p; while kill -0 $p 2>/dev/null; do sleep 0.05; done; "
+        "p=$(cat " + pidf_ + "); kill -" + sig + " $p; "
+        "i=0; while kill -0 $p 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+        "if kill -0 $p 2>/dev/null; then echo \"the daemon (pid $p) still runs 30 s after SIG" + sig + "\"; exit 3; fi; "
         "t0=$(" + up + "); sleep 3; "
         "n=$(grep -c 'magnet-host: \\[started\\]' " + log_ + "); " + Command() + "; "
         "i=0; while [ $(grep -c 'magnet-host: \\[started\\]' " + log_ + ") -le $n ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
@@ -239,7 +241,13 @@ class VcpuSampler {
   }
   // Interquartile means of the run and wait fractions between consecutive samples
   // within [a, b] (about one a second; a few more in the nested lab).
-  std::pair<double, double> Central(const std::string& g, clk::time_point a, clk::time_point b) {
+  // Run and wait over [a, b]: interquartile means of the per-second
+  // fractions, each with its standard error (from its own spread; 0 when
+  // only the two samples around the span are there).
+  struct central {
+    double run = -1, wait = -1, run_se = 0, wait_se = 0;
+  };
+  central Central(const std::string& g, clk::time_point a, clk::time_point b) {
     std::lock_guard<std::mutex> l(mu_);
     std::vector<double> run, wait;
     const auto& s = samples_[g];
@@ -262,7 +270,8 @@ class VcpuSampler {
       if (x && y && y->up - x->up > 0.5)
         return {(y->run - x->run) / 1e9 / (y->up - x->up), (y->wait - x->wait) / 1e9 / (y->up - x->up)};
     }
-    return {InterquartileMean(run), InterquartileMean(wait)};
+    return {InterquartileMean(run), InterquartileMean(wait), InterquartileStandardError(run),
+            InterquartileStandardError(wait)};
   }
 
  private:
@@ -338,7 +347,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   std::vector<std::string> names;
   for (const auto& [g, r] : rate_mbit) names.push_back(g);
   VcpuSampler sampler(h, names);
-  std::map<std::string, std::pair<double, double>> dom_run_wait;
+  std::map<std::string, VcpuSampler::central> dom_run_wait;
   std::map<std::string, clk::time_point> c0;
   for (const auto& [g, r] : rate_mbit) {
     auto before = clk::now();
@@ -406,10 +415,23 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
     EXPECT_NEAR(tap / iperf_bps, 1.0, tol)
         << "tap.tx_bps in the guest " << tap / 1e6 << " Mbit/s, iperf3 " << iperf_bps / 1e6 << "\n"
         << watch[g];
-    // vCPU fractions against libvirt's counters.
+    // vCPU fractions against libvirt's counters: within 0.05 of a CPU, plus
+    // what the two series can resolve (twice the standard error of the
+    // difference of their central values, from their own spread), the
+    // rule the rates follow above.  Steady guests keep it near 0.05; the
+    // nested lab host's bursts widen it, and it says by how much.  (There
+    // libvirt's own run + wait of a guest that never halts read 0.93 to
+    // 1.05 of a CPU, where they add up to 1: its seconds and the frames'
+    // windows are never the same seconds.)
+    const auto& dom = dom_run_wait[g];
     const double run = means["vcpu.run"].first, wait = means["vcpu.wait"].first;
-    EXPECT_NEAR(run, dom_run_wait[g].first, 0.05) << "vcpu.run vs virsh domstats vcpu.0.time";
-    EXPECT_NEAR(wait, dom_run_wait[g].second, 0.05) << "vcpu.wait vs virsh domstats vcpu.0.delay";
+    const auto w = WatchSamples(watch[g]);
+    const double run_tol = 0.05 + 2 * std::hypot(InterquartileStandardError(w.at("vcpu.run")), dom.run_se);
+    const double wait_tol = 0.05 + 2 * std::hypot(InterquartileStandardError(w.at("vcpu.wait")), dom.wait_se);
+    std::printf("[e2e] %s: vcpu.run %.3f vs virsh %.3f (bound +-%.3f), vcpu.wait %.3f vs virsh %.3f (bound +-%.3f)\n",
+                g.c_str(), run, dom.run, run_tol, wait, dom.wait, wait_tol);
+    EXPECT_NEAR(run, dom.run, run_tol) << "vcpu.run vs virsh domstats vcpu.0.time";
+    EXPECT_NEAR(wait, dom.wait, wait_tol) << "vcpu.wait vs virsh domstats vcpu.0.delay";
     // The agent's view: host values of the last tick, delivered at once.
     const json* a = v.find("tap.tx_bps");
     ASSERT_NE(a, nullptr);
@@ -425,15 +447,20 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
     EXPECT_EQ(watch[g].find(uuid[other]), std::string::npos);
     std::printf("[e2e] %s: tap.tx %.3f Mbit/s (iperf3 %.3f), vcpu.run %.3f (virsh %.3f), "
                 "vcpu.wait %.3f (virsh %.3f)\n",
-                g.c_str(), tap / 1e6, iperf_bps / 1e6, run, dom_run_wait[g].first, wait,
-                dom_run_wait[g].second);
+                g.c_str(), tap / 1e6, iperf_bps / 1e6, run, dom.run, wait, dom.wait);
   }
+  // Neither VM lost a record of its own (the per-VM quota is far above what
+  // a VM makes; its scheduler records feed the vCPU figures compared above).
+  auto top = d.Query("top --count 1");
+  ASSERT_TRUE(top.is_object()) << "magnet top";
+  for (const auto& vm : top["vms"])
+    EXPECT_EQ(vm.value("lost_quota", 1ull) + vm.value("lost_ring", 1ull), 0ull)
+        << vm.value("name", "") << " lost records: " << vm.dump();
   // (g1's burner keeps its vCPU from halting, but how much of the time its
   // vCPU thread then runs or waits, rather than sleeps on QEMU's big lock,
   // depends on this machine's load: 0.65 to 1.0 of a CPU in TCG here, the
   // same as g2's in the starved nested lab; the checks above compare each
   // guest's values with libvirt's, whatever they are.)
-  (void)d;
 }
 
 // Stops the daemon (SIGTERM, then SIGKILL) and starts it again: the agents
@@ -698,6 +725,66 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
       << "the flood is in the log";
   EXPECT_EQ(log.find("[deliver.refused] vm g1"), std::string::npos) << "g1 did nothing wrong";
   (void)loop;
+}
+
+// The lab host's libvirtd restarted under a running daemon with both
+// agents connected over vsock: the daemon logs the loss of libvirt and
+// keeps delivering meanwhile (its registry keeps the VMs it knew; delivery
+// needs no libvirt call), finds both VMs again with the same ids, and the
+// sessions, g1's frames and its host.gaps count go on as before: no gap
+// to report, because none happened.
+TEST_F(GuestViewNested, LabHostLibvirtdRestartedUnderTheDaemon) {
+  REQUIRE_LAB();
+  HostSide h(lab(), true);
+  Daemon d(h, "", "libvirtd");
+  d.Start();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock", 60), false) << d.Log();
+  auto ids = [&] {
+    std::map<std::string, unsigned> id;
+    auto top = d.Query("top --count 1");
+    if (top.is_object())
+      for (const auto& v : top["vms"]) id[v.value("name", "")] = v.value("vm", 0u);
+    return id;
+  };
+  const auto before = ids();
+  ASSERT_TRUE(before.count("g1") && before.count("g2")) << d.Query("top --count 1").dump();
+  const double gaps = View(lab(), "g1").get("host.gaps");
+  // g1's own session's frames, watched across the restart (100 ms period).
+  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 40 100 >/tmp/lv.json 2>&1 &)", 20).status, 0);
+  sleep(3);
+  auto r = lab()->Lab_({"restart-libvirtd"}, 180);
+  ASSERT_EQ(r.status, 0) << r.Describe();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto top = d.Query("top --count 1");
+        return top.is_object() && top.value("libvirt", false) && ids() == before;
+      },
+      60))
+      << d.Query("top --count 1").dump() << d.Log();
+  const std::string log = d.Log();
+  EXPECT_NE(log.find("[registry.lost]"), std::string::npos) << "the loss of libvirt is logged\n" << log;
+  EXPECT_TRUE(d.WaitSessions({"g1", "g2"}, "vsock", 10)) << d.Query("sessions").dump();
+  // The watch ends 40 s after it began; what it saw across the restart.
+  json w;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        w = json::parse(Trim(lab()->Run("g1", "cat /tmp/lv.json", 20).out), nullptr, false);
+        return w.is_object();
+      },
+      60))
+      << lab()->Run("g1", "cat /tmp/lv.json", 20).out;
+  EXPECT_FALSE(w.value("closed", true)) << w.dump() << "\n" << d.Log();
+  EXPECT_GT(w.value("frames", 0), 250) << w.dump();
+  // A second at most between two frames: an emulated lab host stalls its
+  // guests for hundreds of ms (HostileGuestIsRefused... measures that),
+  // a daemon waiting on libvirt would hold them for its whole restart.
+  EXPECT_LE(w.value("max_gap_ms", 1e9), 1000) << w.dump();
+  auto after = View(lab(), "g1");
+  EXPECT_EQ(after.get("host.gaps"), gaps) << "no gap, so none reported: " << after.text;
+  EXPECT_TRUE(after.j.value("host_connected", false)) << after.text;
+  EXPECT_GT(after.get("vcpu.run", 0), 0) << "vCPU accounting goes on: " << after.text;
+  std::printf("[e2e] lab host libvirtd restarted: g1 %d frames, longest gap %.1f ms, host.gaps %.0f\n",
+              w.value("frames", 0), w.value("max_gap_ms", 0.0), after.get("host.gaps"));
 }
 
 TEST_F(GuestViewNested, AgentsReconnectWithinTwoSecondsOfTheDaemonsReturn) {

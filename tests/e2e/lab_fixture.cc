@@ -401,7 +401,7 @@ double InterquartileMean(std::vector<double> v) {
   return sum / static_cast<double>(v.size() - 2 * cut);
 }
 
-double InterquartileRelativeError(std::vector<double> v) {
+double InterquartileStandardError(std::vector<double> v) {
   if (v.size() < 2) return 0;
   std::sort(v.begin(), v.end());
   const size_t cut = v.size() / 4, n = v.size() - 2 * cut;
@@ -410,8 +410,12 @@ double InterquartileRelativeError(std::vector<double> v) {
   for (size_t i = cut; i < v.size() - cut; ++i) sum += v[i];
   const double mean = sum / static_cast<double>(n);
   for (size_t i = cut; i < v.size() - cut; ++i) sq += (v[i] - mean) * (v[i] - mean);
-  if (mean <= 0) return 0;
-  return std::sqrt(sq / static_cast<double>(n - 1)) / std::sqrt(static_cast<double>(n)) / mean;
+  return std::sqrt(sq / static_cast<double>(n - 1)) / std::sqrt(static_cast<double>(n));
+}
+
+double InterquartileRelativeError(std::vector<double> v) {
+  const double mean = InterquartileMean(v);
+  return mean > 0 ? InterquartileStandardError(std::move(v)) / mean : 0;
 }
 
 std::vector<double> IperfSeconds(const std::string& json, double from_s, double to_s) {

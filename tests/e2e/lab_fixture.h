@@ -134,9 +134,10 @@ double IperfReceivedBitsPerSecond(const std::string& json);
 // over bursty per-second samples, steadier than their median and not moved
 // by a stalled second and the burst after it.
 double InterquartileMean(std::vector<double> v);
-// The relative standard error of InterquartileMean(@v): the standard
-// deviation of the middle half over the square root of its size, over its
-// mean (0 for fewer than two values).
+// The standard error of InterquartileMean(@v): the standard deviation of
+// the middle half over the square root of its size (0 for fewer than two
+// values); and that over the mean.
+double InterquartileStandardError(std::vector<double> v);
 double InterquartileRelativeError(std::vector<double> v);
 // The server's per-second rates (bit/s) of the intervals within [from, to].
 std::vector<double> IperfSeconds(const std::string& json, double from_s, double to_s);

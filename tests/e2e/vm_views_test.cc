@@ -717,12 +717,27 @@ TEST_F(HardeningDirect, DaemonKilledLeavesNoProbeBehindAndItsSuccessorServesAgai
 }
 
 // libvirtd restarted under a running daemon: the daemon keeps answering
-// (libvirt false meanwhile), finds both VMs again with the same ids, and
-// g1's traffic after the restart is in its view.
+// (libvirt false meanwhile), finds both VMs again with the same ids, the
+// guests' agents keep their sessions, and g1's traffic after the restart
+// is in its view.
 TEST_F(HardeningDirect, LibvirtdRestartedUnderTheDaemon) {
   daemon_run d(magnet(), "libvirtd");
   ASSERT_FALSE(d.top.empty()) << ReadFileText(d.log);
   const int g1 = d.vm_id("g1"), g2 = d.vm_id("g2");
+  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, 60)) << d.Query("sessions").out;
+  // How many times each guest's agent has lost its host so far.
+  auto HostGaps = [&](const std::string& g) {
+    auto v = nlohmann::json::parse(lab()->Run(g, "magnet-agent view --json --wait 5", 60).out, nullptr, false);
+    if (v.is_object())
+      for (const auto& x : v["values"])
+        if (x.value("name", "") == "host.gaps") return x.value("value", -1.0);
+    return -1.0;
+  };
+  std::map<std::string, double> gaps;
+  for (const std::string g : {"g1", "g2"}) {
+    gaps[g] = HostGaps(g);
+    ASSERT_GE(gaps[g], 0) << g << ": no host.gaps in magnet-agent view";
+  }
   auto r = lab()->Lab_({"restart-libvirtd"}, 120);
   ASSERT_EQ(r.status, 0) << r.Describe();
   EXPECT_TRUE(WaitFor(
@@ -736,6 +751,14 @@ TEST_F(HardeningDirect, LibvirtdRestartedUnderTheDaemon) {
   EXPECT_EQ(d.TopRow("g1").value("vm", 0), g1);
   EXPECT_EQ(d.TopRow("g2").value("vm", 0), g2);
   EXPECT_NE(ReadFileText(d.log).find("registry"), std::string::npos) << "the loss of libvirt is logged";
+  // The agents' sessions (virtio-serial) stay: libvirt going away is no
+  // change of the VMs (a libvirtd shutting down lists domains it no longer
+  // describes; that once closed every guest's channel).  Each agent counts
+  // the gaps in its host connection.
+  for (const auto& [g, before] : gaps) {
+    EXPECT_TRUE(WaitFor([&] { return Subscribed(d, {g}); }, 30)) << d.Query("sessions").out;
+    EXPECT_EQ(HostGaps(g), before) << g << "'s agent lost its host over a libvirtd restart";
+  }
   Background server("ip netns exec magnetlab timeout 30 iperf3 -s -1 -B 10.77.0.1 -p 5631", "/dev/null");
   ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", 5631); }, 10));
   auto c = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5631 -u -b 3M -l 1400 -t 3 >/dev/null 2>&1; echo rc=$?", 60);
