@@ -398,10 +398,22 @@ TEST_F(NestedLab, KvmExitsAreAttributedToTheRightGuestWithMagnetRecord) {
 #endif
   ASSERT_TRUE(fs::exists(BuildDir() + "/host/magnet")) << "build the 'magnet' target first: " << BuildDir() << "/host/magnet";
   std::string pid1 = QemuPid("g1"), pid2 = QemuPid("g2");
-  ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p 5402 >/dev/null 2>&1", 20).status, 0);
-  ASSERT_EQ(lab()->Run("g1", "(sleep 1; iperf3 -c 10.77.0.1 -p 5402 -t 3 >/dev/null 2>&1) &", 10).status, 0);
-  auto rec = lab()->Run("labhost", magnet + " record -q -o /tmp/e2e-kvm.trace --probes kvm.exit --duration 5", 90);
-  ASSERT_EQ(rec.status, 0) << rec.Describe();
+  // g1's traffic starts once the recorder records (attaching takes seconds
+  // on the emulated lab host), so that its whole 4 s are in the trace: a
+  // load that started earlier left only its tail there, and a guest booted
+  // a minute before (a lab brought up again) then out-exited it.
+  ASSERT_EQ(lab()->Run("labhost", "rm -f /tmp/e2e-kvm.trace; (" + magnet +
+                                      " record -o /tmp/e2e-kvm.trace --probes kvm.exit --duration 7 "
+                                      ">/tmp/e2e-kvm.log 2>&1 &); iperf3 -s -1 -D -p 5402 >/dev/null 2>&1",
+                       20).status, 0);
+  ASSERT_TRUE(WaitFor([&] { return lab()->Run("labhost", "grep -c recording /tmp/e2e-kvm.log", 10).out.find('1') == 0; },
+                      40, 250))
+      << lab()->Run("labhost", "cat /tmp/e2e-kvm.log", 10).out;
+  auto load = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5402 -t 4 >/dev/null 2>&1; echo rc=$?", 60);
+  EXPECT_NE(load.out.find("rc=0"), std::string::npos) << load.Describe();
+  ASSERT_TRUE(WaitFor([&] { return lab()->Run("labhost", "grep -c 'written to' /tmp/e2e-kvm.log", 10).out.find('1') == 0; },
+                      60, 500))
+      << lab()->Run("labhost", "cat /tmp/e2e-kvm.log", 10).out;
   // Aggregate in the lab host (the CSV can be large): header, then "tgid tid vm count" lines.
   auto dump = lab()->Run("labhost",
                          magnet + " dump /tmp/e2e-kvm.trace --format csv > /tmp/e2e-kvm.csv; rc=$?; head -n1 /tmp/e2e-kvm.csv; "
