@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <regex>
 #include <sstream>
 
 #ifndef MAGNET_E2E_SOURCE_DIR
@@ -307,10 +308,12 @@ void UnregisterEmergencyTeardown(const Lab& lab) {
 Lab* LabSuite::lab_ = nullptr;
 std::string LabSuite::up_error_;
 std::vector<std::string> LabSuite::guests_;
+int LabSuite::up_timeout_s_ = 0;
 
 void LabSuite::BringUp(const std::string& mode, int guests, int timeout_s) {
   up_error_.clear();
   guests_.clear();
+  up_timeout_s_ = timeout_s;
   for (int i = 1; i <= guests; ++i) guests_.push_back("g" + std::to_string(i));
   lab_ = new Lab(mode, "/run/magnet-lab-e2e-" + mode);
   RegisterForEmergencyTeardown(*lab_);
@@ -329,6 +332,48 @@ void LabSuite::TearDownLab() {
   UnregisterEmergencyTeardown(*lab_);
   delete lab_;
   lab_ = nullptr;
+}
+
+std::string LabSuite::NestedLabGone() {
+  auto host = lab_->Run("labhost", "true", 20);
+  if (host.status != 0) {
+    // How it ended, as the lab host's console (or the lab's watcher of its QEMU) says.
+    static const std::regex death(
+        R"(Kernel panic|BUG:|stack guard page|magnet-lab: the lab host QEMU ended without being stopped)");
+    std::string why = "the lab host does not answer (" + host.Describe() + ")";
+    for (const auto& line : SplitLines(ReadFileText(lab_->state_dir() + "/labhost/console.log")))
+      if (std::regex_search(line, death)) return why + ": " + Trim(line);
+    return why;
+  }
+  for (const auto& g : guests_) {
+    auto r = lab_->Run(g, "true", 30);
+    if (r.status == 0) continue;
+    // A guest the emulated nested SVM reset: its QEMU's SHUTDOWN event in the lab host.
+    auto ev = lab_->Run("labhost",
+                        "grep -a \"for domain '" + g + "'\" /run/magnet-lab/logs/qemu-events.log | tail -n 1", 20);
+    return g + " does not answer (" + Trim(r.Describe()) + ")" +
+           (Trim(ev.out).empty() ? "" : "; its last QEMU event: " + Trim(ev.out));
+  }
+  return "";
+}
+
+void LabSuite::SetUp() {
+  if (!lab_ || lab_->mode() != "nested" || !up_error_.empty()) return;
+  const std::string why = NestedLabGone();
+  if (why.empty()) return;
+  auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string dest =
+      ArtifactDir(std::string(info->test_suite_name()) + ".lab-died-before-" + info->name());
+  lab_->CollectLogs(dest);
+  std::cout << "[e2e] RECOVER: the nested lab died before " << info->test_suite_name() << "." << info->name()
+            << ": " << why << "; its logs: " << dest << "; bringing it up again\n"
+            << std::flush;
+  lab_->Down();
+  auto r = lab_->Up(static_cast<int>(guests_.size()), up_timeout_s_);
+  std::cout << "[e2e] lab up again (nested, " << guests_.size() << " guests): exit " << r.status << " in "
+            << r.seconds << " s\n"
+            << r.err << std::flush;
+  if (r.status != 0) up_error_ = "tools/lab up failed in nested mode (again, after the lab died): " + r.Describe();
 }
 
 void LabSuite::TearDown() {

@@ -66,17 +66,28 @@ void UnregisterEmergencyTeardown(const Lab& lab);
 // Base fixture: one lab per suite. Derived suites set the mode and guest count through
 // static members before SetUpTestSuite (see e2e_test.cc). On a failed test the logs and the
 // guest consoles are copied to ArtifactDir(<suite>.<test>) and the console tails printed.
+//
+// A nested lab can die under a test: its lab host's kernel (emulated nested SVM), or a KVM
+// guest reset by its CPU (docs/lab.md). Before each test of a nested suite, SetUp() checks
+// that the lab host and every guest answer; when one does not, it keeps the lab's logs
+// (ArtifactDir(<suite>.lab-died-before-<test>)), says why on a "[e2e] RECOVER:" line, and
+// brings the lab up again, so that one death fails the test it happened in (which tools/test
+// then runs again on its own) and not every test after it.
 class LabSuite : public ::testing::Test {
  protected:
   static void BringUp(const std::string& mode, int guests, int timeout_s);
   static void TearDownLab();
+  void SetUp() override;
   void TearDown() override;
   static Lab* lab() { return lab_; }
   static const std::string& up_error() { return up_error_; }
+  // Why the nested lab can not run a test (the lab host or a guest does not answer), or "".
+  static std::string NestedLabGone();
 
   static Lab* lab_;
   static std::string up_error_;
   static std::vector<std::string> guests_;
+  static int up_timeout_s_;
 };
 
 // A suite on a direct lab of its own with two guests (g1, g2); each test

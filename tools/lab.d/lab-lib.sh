@@ -273,7 +273,7 @@ lab_render_domain() { # NAME INDEX -> XML on stdout
   kernel="$(lab_state_get guest_kernel)"; initrd="$(lab_state_get guest_initrd)"
   cid=$(( ${MAGNET_LAB_CID_BASE:-3} + idx - 1 ))
   if [[ "$(lab_state_get accel)" == kvm ]]; then
-    domtype=kvm; cpu="<cpu mode='host-passthrough'/>"; netdrv=vhost
+    domtype=kvm; cpu="${MAGNET_LAB_GUEST_CPU:-<cpu mode='host-passthrough'/>}"; netdrv=vhost
     vsock="<vsock model='virtio'><cid auto='no' address='$cid'/></vsock>"
   else
     domtype=qemu; cpu=""; netdrv=qemu; vsock=""
@@ -312,6 +312,24 @@ lab_guest_start() { # NAME INDEX
 
 lab_guest_pid() { cat "/run/libvirt/qemu/$1.pid" 2>/dev/null; }
 
+# lab_guest_cpu_reset NAME: 0, printing the event, when NAME's QEMU ended because the guest's CPU
+# reset it (QMP SHUTDOWN reason guest-reset; nothing in the lab reboots a guest, and on_reboot is
+# destroy) while its console shows no kernel of its own dying (no panic, oops, BUG or sysrq):
+# under the lab host's emulated nested SVM, a triple fault (docs/lab.md). The event is written by
+# the qemu-monitor-event loop, a moment after QEMU ends: waits up to 3 s for it.
+lab_guest_cpu_reset() {
+  local name="$1" ev="$LAB_STATE/logs/qemu-events.log" con i line
+  con="$(lab_guest_dir "$name")/console.log"
+  for i in 1 2 3 4 5 6; do
+    line="$(grep -a "for domain '$name'" "$ev" 2>/dev/null | grep -a '"reason":"guest-reset"' | head -n1)"
+    [[ -n "$line" ]] && break
+    sleep 0.5
+  done
+  [[ -n "$line" ]] || return 1
+  grep -q -a -E 'Kernel panic|BUG:|Oops|sysrq' "$con" 2>/dev/null && return 1
+  printf '%s\n' "$line"
+}
+
 # lab_local_up N: libvirt + bridge + N guests, waiting for readiness.
 lab_local_up() {
   local n="$1" mode="$2" i kernel initrd to
@@ -340,9 +358,16 @@ lab_local_up() {
   # Under nested KVM (TCG lab host) concurrent guest boots crashed the lab host kernel once
   # (stack guard page hit in a vCPU thread): boot KVM guests one after the other.
   if [[ "$(lab_state_get accel)" == kvm ]]; then
+    local ev
     for i in $(seq 1 "$n"); do
       lab_guest_start "g$i" "$i" || return 1
-      lab_wait_ready "g$i" "$(lab_guest_dir "g$i")/console.log" "$(lab_guest_dir "g$i")/ctl.sock" "$to" "$(lab_guest_pid "g$i")" || return 1
+      if ! lab_wait_ready "g$i" "$(lab_guest_dir "g$i")/console.log" "$(lab_guest_dir "g$i")/ctl.sock" "$to" "$(lab_guest_pid "g$i")"; then
+        if ev="$(lab_guest_cpu_reset "g$i")"; then
+          lab_err "$LAB_NESTED_GUEST_RESET: g$i, with no word on its console ($ev)"
+          return "$LAB_RC_NESTED_GUEST_RESET"
+        fi
+        return 1
+      fi
     done
   else
     for i in $(seq 1 "$n"); do lab_guest_start "g$i" "$i" || return 1; done
@@ -389,6 +414,11 @@ lab_labhost_dir() { echo "$LAB_STATE/labhost"; }
 lab_labhost_sock() { echo "$(lab_labhost_dir)/ctl.sock"; }
 
 LAB_LABHOST_DIED="magnet-lab: the lab host QEMU ended without being stopped"
+# What `up` inside the lab host prints, and its exit status, when a KVM guest was reset by its
+# CPU while booting (lab_guest_cpu_reset): the outer lab_nested_up retries it like a death of the
+# lab host itself, and tools/test recognizes the line.
+LAB_NESTED_GUEST_RESET="magnet-lab: a nested guest was reset by its CPU"
+LAB_RC_NESTED_GUEST_RESET=3
 
 # lab_labhost_stop: end the lab host QEMU, marked as an intended stop for its watcher.
 lab_labhost_stop() {
@@ -396,12 +426,33 @@ lab_labhost_stop() {
   lab_kill_pid labhost
 }
 
+# The lab host's QEMU: the one tools/setup.sh unpacked from bookworm-backports (docs/lab.md:
+# Debian 12's QEMU 7.2 emulates nested SVM badly enough to kill the lab host), with its own data
+# files; else, saying so, Debian 12's.
+LAB_LABHOST_QEMU_DIR="${MAGNET_LABHOST_QEMU_DIR:-/opt/magnet/labhost-qemu}"
+lab_labhost_qemu() {
+  if [[ -n "${MAGNET_LAB_LABHOST_QEMU:-}" ]]; then
+    echo "$MAGNET_LAB_LABHOST_QEMU"
+  elif [[ -x "$LAB_LABHOST_QEMU_DIR/usr/bin/qemu-system-x86_64" ]]; then
+    echo "$LAB_LABHOST_QEMU_DIR/usr/bin/qemu-system-x86_64"
+  else
+    lab_log "no QEMU in $LAB_LABHOST_QEMU_DIR (tools/setup.sh fetches it): the lab host runs under $(qemu-system-x86_64 --version | head -n1), which kills it often (docs/lab.md)"
+    echo qemu-system-x86_64
+  fi
+}
+
 lab_labhost_start() {
-  local d img pid to
+  local d img pid to qemu qemu_data=()
   d="$(lab_labhost_dir)"; img="$(lab_images_dir)/labhost"
   mkdir -p "$d"
   lab_check_file "lab host kernel" "$img/vmlinuz" || return 1
   lab_check_file "lab host initrd" "$img/initrd.img" || return 1
+  qemu="$(lab_labhost_qemu)"
+  if [[ -n "${MAGNET_LAB_LABHOST_QEMU_DATA:-}" ]]; then
+    qemu_data=(-L "$MAGNET_LAB_LABHOST_QEMU_DATA")
+  elif [[ "$qemu" == "$LAB_LABHOST_QEMU_DIR"/* ]]; then
+    qemu_data=(-L "$LAB_LABHOST_QEMU_DIR/usr/share/qemu")
+  fi
   rm -f "$d/ctl.sock" "$d/console.sock" "$d/console.log" "$d/qemu.pid" "$d/stopping"
   # QEMU runs in the foreground of a detached watcher (not -daemonize, which sends its stderr
   # to /dev/null): when it ends and the lab did not stop it, the watcher writes its exit status,
@@ -420,7 +471,8 @@ lab_labhost_start() {
       sed "s/^/  qemu stderr: /" "$d/qemu.err" 2>/dev/null | tail -n 20
       dmesg 2>/dev/null | grep -E "Killed process $q\b|oom-kill:.*pid=$q\b" | sed "s/^/  host kernel: /"
     } >>"$d/console.log"
-  ' lab-labhost-watch qemu-system-x86_64 -name magnet-labhost,debug-threads=on -accel tcg -cpu max -smp 2 -m "${MAGNET_LAB_LABHOST_MEM_MB:-3072}" \
+  ' lab-labhost-watch "$qemu" "${qemu_data[@]}" \
+      -name magnet-labhost,debug-threads=on -accel "${MAGNET_LAB_LABHOST_ACCEL:-tcg}" -cpu "${MAGNET_LAB_LABHOST_CPU:-max}" -smp 2 -m "${MAGNET_LAB_LABHOST_MEM_MB:-3072}" \
       -nodefaults -no-reboot -nic none -display none \
       -monitor "unix:$d/monitor.sock,server=on,wait=off" \
       -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
@@ -459,7 +511,7 @@ lab_labhost_lab() {
   for a in "$@"; do args+=" $(printf '%q' "$a")"; done
   local envs=""
   local v
-  for v in MAGNET_LAB_GUESTS MAGNET_LAB_READY_TIMEOUT MAGNET_LAB_CID_BASE MAGNET_LAB_GUEST_KERNEL MAGNET_LAB_GUEST_INITRD MAGNET_LAB_GUEST_DIR MAGNET_LAB_GUEST_MEM_MB; do
+  for v in MAGNET_LAB_GUESTS MAGNET_LAB_GUEST_CPU MAGNET_LAB_READY_TIMEOUT MAGNET_LAB_CID_BASE MAGNET_LAB_GUEST_KERNEL MAGNET_LAB_GUEST_INITRD MAGNET_LAB_GUEST_DIR MAGNET_LAB_GUEST_MEM_MB; do
     [[ -n "${!v:-}" ]] && envs+="$v=$(printf '%q' "${!v}") "
   done
   lab_labhost_exec "$to" "${envs}MAGNET_BUILD_DIR=/mnt/magnetbuild bash -c 'source /mnt/magnetsrc/tools/lab.d/lab-lib.sh; lab_main \"\$@\"' lab$args"
@@ -483,20 +535,35 @@ lab_nested_up() {
   ready_to="${MAGNET_LAB_READY_TIMEOUT:-90}"
   inner_to=$(( 60 + n * (ready_to + 30) ))
   max=$(( ${MAGNET_LAB_NESTED_RETRIES:-2} + 1 ))
+  local rc
   for attempt in $(seq 1 "$max"); do
-    if lab_labhost_start && MAGNET_LAB_READY_TIMEOUT="$ready_to" lab_labhost_lab "$inner_to" up "$n"; then
+    rc=0
+    if lab_labhost_start; then
+      MAGNET_LAB_READY_TIMEOUT="$ready_to" lab_labhost_lab "$inner_to" up "$n" || rc=$?
+    else
+      rc=1
+    fi
+    if (( rc == 0 )); then
       lab_state_set up 1
       return 0
     fi
-    if kill -0 "$(lab_state_get pid.labhost)" 2>/dev/null && lab_ctl_ping "$(lab_labhost_sock)"; then
-      return 1  # the lab host is fine: a real failure, no retry
+    # The lab host is fine and no KVM guest in it was reset by its CPU: a real failure, no retry.
+    if (( rc != LAB_RC_NESTED_GUEST_RESET )) && kill -0 "$(lab_state_get pid.labhost)" 2>/dev/null &&
+      lab_ctl_ping "$(lab_labhost_sock)"; then
+      return 1
     fi
     if (( attempt < max )); then
       local keep
       keep="$(lab_build_dir)/lab-logs/nested-attempt-$attempt-failed-$(date +%Y%m%d-%H%M%S)"
       lab_collect "$keep" >/dev/null 2>&1 || true
-      lab_err "attempt $attempt: the lab host died or stopped answering (logs kept in $keep); retrying"
+      if (( rc == LAB_RC_NESTED_GUEST_RESET )); then
+        lab_err "attempt $attempt: a KVM guest was reset by the emulated nested SVM (logs kept in $keep); retrying"
+      else
+        lab_err "attempt $attempt: the lab host died or stopped answering (logs kept in $keep); retrying"
+      fi
       lab_labhost_stop
+    elif (( rc == LAB_RC_NESTED_GUEST_RESET )); then
+      lab_err "a KVM guest was reset by the emulated nested SVM in each of $max attempts"
     else
       lab_err "the lab host died or stopped answering; console log: $(lab_labhost_dir)/console.log"
     fi
