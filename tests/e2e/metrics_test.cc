@@ -89,21 +89,23 @@ double ValueOf(const json& result, const std::string& domain) {
   return -1;
 }
 
+// The port a daemon started with `--http 127.0.0.1:0` bound: group 1 of
+// @re in its log at @path, once the line is there; -1 after 30 s.
+int LoggedPort(const std::string& path, const std::string& re) {
+  std::smatch m;
+  std::string log;
+  const std::regex line(re);
+  if (!WaitFor([&] { return std::regex_search(log = ReadFileText(path), m, line); }, 30)) return -1;
+  return std::stoi(m[1]);
+}
+
 TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
   const std::string art = ArtifactDir("MetricsDirect.Prometheus");
   const std::string magnet = BuildDir() + "/host/magnet";
   const std::string sock = "/tmp/magnet-e2e-metrics-" + std::to_string(getpid()) + ".sock";
   Background daemon(magnet + " -v host --socket " + sock + " --http 127.0.0.1:0 --duration 300", art + "/host.log");
-  std::smatch m;
-  std::string log;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        log = ReadFileText(art + "/host.log");
-        return std::regex_search(log, m, std::regex(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/)"));
-      },
-      30))
-      << log;
-  const int port = std::stoi(m[1]);
+  const int port = LoggedPort(art + "/host.log", R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/)");
+  ASSERT_GT(port, 0) << ReadFileText(art + "/host.log");
 
   // The lab's domains and UUIDs, from libvirt.
   std::map<std::string, std::string> uuid;
@@ -285,16 +287,8 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
   Background daemon(magnet + " -v host --socket " + sock + " --http 127.0.0.1:0 --http-tokens " + tokens +
                         " --http-stream-interval 100ms --duration 400",
                     art + "/host.log");
-  std::smatch m;
-  std::string log;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        log = ReadFileText(art + "/host.log");
-        return std::regex_search(log, m, std::regex(R"(\[http\] dashboard on http://127\.0\.0\.1:(\d+)/ )"));
-      },
-      30))
-      << log;
-  const int port = std::stoi(m[1]);
+  const int port = LoggedPort(art + "/host.log", R"(\[http\] dashboard on http://127\.0\.0\.1:(\d+)/ )");
+  ASSERT_GT(port, 0) << ReadFileText(art + "/host.log");
   ASSERT_TRUE(WaitFor([&] {
     auto r = RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, 10);
     auto j = json::parse(r.out, nullptr, false);

@@ -246,6 +246,16 @@ class HttpStream : public ::testing::Test {
     boost::asio::post(io_, [&] { p.set_value(f()); });
     return p.get_future().get();
   }
+  // A small-buffered client that asked for the stream; the stream's server
+  // side in @server once it opened.
+  int request_stream(std::shared_ptr<http_stream>& server) {
+    opened_ = {};
+    int fd = connect_small();
+    const std::string req = "GET /s HTTP/1.1\r\nHost: x\r\n\r\n";
+    EXPECT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+    server = opened_.get_future().get();
+    return fd;
+  }
   // Reads until @want is in @got (or the 3 s receive timeout).
   static bool read_until(int fd, std::string& got, const std::string& want) {
     char b[65536];
@@ -272,10 +282,7 @@ TEST_F(HttpStream, ASlowReaderGetsTheNewestEventsAndACountOfTheDroppedOnes) {
   o.stream_queue = 2;
   o.stream_sndbuf = 4096;
   open(o);
-  int fd = connect_small();
-  const std::string req = "GET /s HTTP/1.1\r\nHost: x\r\n\r\n";
-  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
-  stream_ = opened_.get_future().get();
+  int fd = request_stream(stream_);
   std::string got;
   ASSERT_TRUE(read_until(fd, got, "retry: 2000\n\n")) << got;
   EXPECT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got;
@@ -315,10 +322,7 @@ TEST_F(HttpStream, AWriteThatMissesItsDeadlineEndsTheStreamAndSoDoesAPeerThatLea
   o.write_timeout_ms = 300;
   o.stream_sndbuf = 4096;
   open(o);
-  int fd = connect_small();
-  const std::string req = "GET /s HTTP/1.1\r\nHost: x\r\n\r\n";
-  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
-  stream_ = opened_.get_future().get();
+  int fd = request_stream(stream_);
   EXPECT_TRUE(on_io([&] { return stream_->open(); }));
   EXPECT_TRUE(on_io([&] { return stream_->push({1, "sample", std::string(1 << 20, 'x')}); }));
   // Nobody reads: the write stalls, its deadline ends the connection.
@@ -330,10 +334,8 @@ TEST_F(HttpStream, AWriteThatMissesItsDeadlineEndsTheStreamAndSoDoesAPeerThatLea
   close(fd);
 
   // A reader that goes away is noticed without a push.
-  opened_ = {};
-  fd = connect_small();
-  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
-  auto s2 = opened_.get_future().get();
+  std::shared_ptr<http_stream> s2;
+  fd = request_stream(s2);
   std::string got;
   ASSERT_TRUE(read_until(fd, got, "retry: 2000\n\n"));
   close(fd);
