@@ -109,6 +109,8 @@ class LabFailures : public ::testing::Test {
     auto virsh = RunProcess({"pgrep", "-x", "libvirtd"}, 10);
     EXPECT_NE(virsh.status, 0) << "a libvirtd is still running: " << virsh.out;
     EXPECT_FALSE(fs::exists("/run/libvirt/qemu/g1.pid"));
+    // libvirt keeps a persistent definition across its own restarts and the machine's.
+    EXPECT_FALSE(fs::exists("/etc/libvirt/qemu/g1.xml")) << "domain g1 left defined";
   }
 };
 
@@ -250,6 +252,66 @@ TEST_F(LabFailures, InterruptDuringUpTearsDown) {
   ExpectTornDown(lab);
   lab.Down();
   UnregisterEmergencyTeardown(lab);
+}
+
+// A lab that ended without its teardown (killed by a timeout, or the machine restarted under
+// it) leaves its domains defined: libvirt keeps them under /etc/libvirt/qemu.  The next 'up'
+// removes such a domain, saying so, when its metadata names a lab that is not up; a domain of
+// the same name that is not the lab's is refused and left alone.
+TEST_F(LabFailures, ADomainLeftByAKilledLabIsRemovedAndAForeignOneRefused) {
+  Lab killed("direct", "/run/magnet-lab-e2e-killed");
+  Lab next("direct", "/run/magnet-lab-e2e-next",
+           {{"MAGNET_LAB_FAIL_LOGS", ArtifactDir("LabFailures.next-up-logs")}});
+  const std::string foreign = "/etc/libvirt/qemu/g1.xml";
+  RegisterForEmergencyTeardown(killed);
+  RegisterForEmergencyTeardown(next);
+  struct Guard {
+    const Lab& a;
+    const Lab& b;
+    ~Guard() {
+      b.Down();
+      a.Down();
+      UnregisterEmergencyTeardown(a);
+      UnregisterEmergencyTeardown(b);
+    }
+  } guard{killed, next};
+  killed.Down();
+  next.Down();
+  auto up = killed.Up(1, 240);
+  ASSERT_EQ(up.status, 0) << up.Describe();
+  // As after a restart of the machine: g1 not running, and its lab's teardown never ran (here
+  // it runs without knowing of g1, which stays defined).
+  auto destroy = RunProcess({"virsh", "-q", "-c", "qemu:///system", "destroy", "g1"}, 60);
+  ASSERT_EQ(destroy.status, 0) << destroy.Describe();
+  ASSERT_EQ(::unlink((killed.state_dir() + "/guests/g1/defined").c_str()), 0);
+  ASSERT_EQ(killed.Down().status, 0);
+  ASSERT_TRUE(fs::exists(foreign)) << "the killed lab's g1 should still be defined";
+
+  up = next.Up(1, 240);
+  ASSERT_EQ(up.status, 0) << up.Describe();
+  EXPECT_NE(up.err.find("removing domain g1, left behind by a lab that ended without its teardown "
+                        "(state: /run/magnet-lab-e2e-killed, gone)"),
+            std::string::npos)
+      << up.Describe();
+  auto alive = next.Run("g1", "echo alive", 30);
+  EXPECT_EQ(alive.out, "alive\n") << alive.Describe();
+  ASSERT_EQ(next.Down().status, 0);
+  ExpectTornDown(next);
+
+  // A domain g1 that no lab defined (no lab metadata): refused, and kept.
+  {
+    std::ofstream f(foreign);
+    f << "<domain type='qemu'><name>g1</name><memory unit='MiB'>64</memory>"
+         "<os><type arch='x86_64' machine='pc'>hvm</type></os></domain>\n";
+  }
+  up = next.Up(1, 240);
+  EXPECT_NE(up.status, 0) << up.Describe();
+  EXPECT_NE(up.err.find("a libvirt domain named g1 already exists and is not the lab's"), std::string::npos)
+      << up.Describe();
+  EXPECT_NE(up.err.find("torn down"), std::string::npos) << up.Describe();
+  EXPECT_TRUE(fs::exists(foreign)) << "the lab removed a domain that was not its own";
+  ::unlink(foreign.c_str());
+  ExpectTornDown(next);
 }
 
 // ==========================================================================================

@@ -287,7 +287,31 @@ lab_render_domain() { # NAME INDEX -> XML on stdout
   xml="${xml//@CPU@/$cpu}"; xml="${xml//@EMULATOR@/$(command -v qemu-system-x86_64)}"
   xml="${xml//@BRIDGE@/$LAB_BRIDGE}"; xml="${xml//@MAC@/52:54:00:77:00:$(printf '%02x' $((10 + idx)))}"
   xml="${xml//@NETDRIVER@/$netdrv}"; xml="${xml//@DIR@/$dir}"; xml="${xml//@VSOCK@/$vsock}"
+  xml="${xml//@STATE@/$LAB_STATE}"
   printf '%s\n' "$xml"
+}
+
+# lab_stale_domain_remove NAME: a domain NAME exists when this lab, which has just started its own
+# libvirtd (so no other lab's libvirtd runs), is about to define it.  A domain some lab defined
+# (its metadata, guest.xml.in) whose lab is not up (no mode in its state directory) was left
+# behind by a lab that ended without its teardown (killed, or the machine restarted: libvirt keeps
+# the definition under /etc/libvirt/qemu): it is removed, saying so.  Any other domain is not the
+# lab's to touch: 'up' refuses.
+lab_stale_domain_remove() {
+  local name="$1" state
+  state="$(lab_virsh metadata "$name" urn:magnet:lab 2>/dev/null | sed -n "s/.* state=[\"']\([^\"']*\)[\"'].*/\1/p")"
+  if [[ -z "$state" ]]; then
+    lab_err "a libvirt domain named $name already exists and is not the lab's (run: tools/lab down, or remove it)"; return 1
+  fi
+  if [[ -f "$state/mode" ]]; then
+    lab_err "a libvirt domain named $name belongs to a lab that is up (state: $state; run: tools/lab down)"; return 1
+  fi
+  lab_log "removing domain $name, left behind by a lab that ended without its teardown (state: $state, gone)"
+  lab_virsh destroy "$name" >/dev/null 2>&1 || true
+  local out
+  if ! out="$(lab_virsh undefine "$name" 2>&1)"; then
+    lab_err "cannot remove the stale domain $name: $out"; return 1
+  fi
 }
 
 lab_guest_start() { # NAME INDEX
@@ -296,12 +320,13 @@ lab_guest_start() { # NAME INDEX
   mkdir -p "$dir"
   lab_render_domain "$name" "$idx" >"$dir/domain.xml"
   if lab_virsh dominfo "$name" >/dev/null 2>&1; then
-    lab_err "a libvirt domain named $name already exists (run: tools/lab down)"; return 1
+    lab_stale_domain_remove "$name" || return 1
   fi
+  # Marked before the define: a teardown that comes between the two (Ctrl-C) still removes it.
+  echo defined >"$dir/defined"
   if ! out="$(lab_virsh define "$dir/domain.xml" 2>&1)"; then
     lab_err "virsh define $name failed: $out (domain XML: $dir/domain.xml)"; return 1
   fi
-  echo defined >"$dir/defined"
   if ! out="$(lab_virsh start "$name" 2>&1)"; then
     lab_err "virsh start $name failed: $out"
     lab_err "logs: /var/log/libvirt/qemu/$name.log, $LAB_STATE/logs/libvirtd.log"
