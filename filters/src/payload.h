@@ -43,16 +43,19 @@ class payload_view {
       case MAGNET_PL_SOCK: need += sizeof(magnet_sock); break;
       case MAGNET_PL_PKT: need += sizeof(magnet_pkt); break;
       case MAGNET_PL_TCP_STATE: need += sizeof(magnet_tcp_state); break;
+      case MAGNET_PL_NET_DROP: need += sizeof(magnet_net_drop); break;
       default: k = MAGNET_PL_NONE; break;
     }
     kind_ = len >= need ? k : static_cast<uint16_t>(MAGNET_PL_NONE);
   }
 
   uint16_t kind() const { return kind_; }
-  bool has_ports() const { return kind_ != MAGNET_PL_NONE; }
-  bool has_addrs() const { return kind_ != MAGNET_PL_NONE; }
-  bool has_proto() const { return kind_ != MAGNET_PL_NONE; }
-  bool has_ifindex() const { return kind_ == MAGNET_PL_PKT; }
+  // sock, pkt and tcp_state payloads describe a flow (addresses, ports,
+  // protocol); pkt and net_drop payloads name a device.
+  bool has_ports() const { return has_flow(); }
+  bool has_addrs() const { return has_flow(); }
+  bool has_proto() const { return has_flow(); }
+  bool has_ifindex() const { return kind_ == MAGNET_PL_PKT || kind_ == MAGNET_PL_NET_DROP; }
   bool is_pkt() const { return kind_ == MAGNET_PL_PKT; }
 
   uint16_t sport() const {
@@ -101,11 +104,17 @@ class payload_view {
       default: return 0;
     }
   }
-  uint32_t ifindex() const { return get<uint32_t>(offsetof(magnet_pkt, ifindex)); }
+  uint32_t ifindex() const {
+    return kind_ == MAGNET_PL_NET_DROP ? get<uint32_t>(offsetof(magnet_net_drop, ifindex))
+                                       : get<uint32_t>(offsetof(magnet_pkt, ifindex));
+  }
   uint16_t ip_id() const { return get<uint16_t>(offsetof(magnet_pkt, ip_id)); }
   uint32_t tcp_seq() const { return get<uint32_t>(offsetof(magnet_pkt, tcp_seq)); }
 
  private:
+  bool has_flow() const {
+    return kind_ == MAGNET_PL_SOCK || kind_ == MAGNET_PL_PKT || kind_ == MAGNET_PL_TCP_STATE;
+  }
   const uint8_t* pl() const { return rec_ + sizeof(magnet_hdr); }
   template <class T>
   T get(size_t off) const { return load_at<T>(pl() + off); }

@@ -66,7 +66,7 @@ views:
     per_vm: true
     windows: [{ms: 1000}]
     group_by: [connection]
-  - name: drops               # packets dropped on the VM's taps
+  - name: drops               # the VM's packets dropped on the host (its taps and past them)
     filter: "event == net.drop"
     per_vm: true
     windows: [{ms: 1000}]

@@ -258,6 +258,19 @@ TEST(PredicateMatch, PayloadFieldsAndAbsence) {
   auto t = make_record(hdr({.type = MAGNET_EV_NET_TCP_STATE}), ts);
   EXPECT_TRUE(P("proto == tcp and sport == 22 and port == 4000 and saddr == 10.1.1.1").match(t.data()));
   EXPECT_FALSE(P("ifindex == 0").match(t.data()));
+
+  // A drop names its device, and nothing of a flow.
+  magnet_net_drop nd{};
+  nd.ifindex = 9;
+  nd.protocol = 0x0800;
+  auto d = make_record(hdr({.type = MAGNET_EV_NET_DROP}), nd);
+  EXPECT_TRUE(P("event == net.drop and ifindex == 9").match(d.data()));
+  EXPECT_FALSE(P("ifindex == 7").match(d.data()));
+  for (auto q : {"sport == 0", "port != 1", "proto != tcp", "saddr != 1.1.1.1"})
+    EXPECT_FALSE(P(q).match(d.data())) << q;
+  // Too short for its payload: no ifindex.
+  auto short_drop = make_record(hdr({.type = MAGNET_EV_NET_DROP}), nullptr, 0);
+  EXPECT_FALSE(P("ifindex == 0").match(short_drop.data()));
 }
 
 TEST(PredicateMatch, TruncatedPayloadIsAbsent) {
