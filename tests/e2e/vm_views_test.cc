@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -302,7 +303,26 @@ TEST_F(VmAwarenessDirect, DaemonPerVmViewsMatchIperf3AndHoldOnlyThatVmsFlows) {
 TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   // No per-VM stream quota: the flood below is far over the default one,
   // and this test counts every drop record (HardeningDirect tests the quota).
-  daemon_run d(magnet(), "vmnet", "--vm-quota 0");
+  // g1's own tap (g2 has one on the same bridge), and a view of the drops
+  // on it next to the default ones: the default "drops" view also holds g1's
+  // packets dropped past its tap (e.g. a late segment of the flows below
+  // that the host's stack refuses), which the tap's counter does not count.
+  auto ifl = RunProcess({"virsh", "-q", "-c", "qemu:///system", "domiflist", "g1"}, 20);
+  ASSERT_EQ(ifl.status, 0) << ifl.Describe();
+  std::smatch tm;
+  ASSERT_TRUE(std::regex_search(ifl.out, tm, std::regex(R"(^\s*(vnet\d+)\s)"))) << ifl.out;
+  const std::string tap = tm[1];
+  auto tap_index = RunProcess({"ip", "netns", "exec", "magnetlab", "cat", "/sys/class/net/" + tap + "/ifindex"}, 10);
+  ASSERT_EQ(tap_index.status, 0) << tap_index.Describe();
+  const std::string views_file = ArtifactDir("VmAwarenessDirect.vmnet") + "/views.yaml";
+  {
+    auto defaults = RunProcess({magnet(), "host", "--print-default-views"}, 10);
+    ASSERT_EQ(defaults.status, 0) << defaults.Describe();
+    std::ofstream f(views_file);
+    f << defaults.out << "  - name: tap-drops\n    filter: \"event == net.drop and ifindex == "
+      << Trim(tap_index.out) << "\"\n    per_vm: true\n    windows: [{ms: 1000}]\n";
+  }
+  daemon_run d(magnet(), "vmnet", "--vm-quota 0 --views " + views_file);
   ASSERT_FALSE(d.top.empty()) << ReadFileText(d.log);
   const int vm = d.vm_id("g1");
   ASSERT_GT(vm, 0) << d.top;
@@ -404,26 +424,22 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   ASSERT_EQ(mac.status, 0) << mac.Describe();
   const std::string g1_mac = Trim(mac.out);
   ASSERT_EQ(g1_mac.size(), 17u) << g1_mac;
-  // g1's own tap (g2 has one on the same bridge).
-  auto ifl = RunProcess({"virsh", "-q", "-c", "qemu:///system", "domiflist", "g1"}, 20);
-  ASSERT_EQ(ifl.status, 0) << ifl.Describe();
-  std::smatch tm;
-  ASSERT_TRUE(std::regex_search(ifl.out, tm, std::regex(R"(^\s*(vnet\d+)\s)"))) << ifl.out;
-  const std::string tap = tm[1];
   const std::string dropped_path = "/sys/class/net/" + tap + "/statistics/tx_dropped";
   auto tx_dropped = [&] {
     auto r = RunProcess({"ip", "netns", "exec", "magnetlab", "cat", dropped_path}, 10);
     EXPECT_EQ(r.status, 0) << r.Describe();
     return r.status == 0 ? std::stol(Trim(r.out)) : -1L;
   };
-  uint64_t matched_before = 0;
-  bool have_drops = false;
-  for (const auto& v : views)
-    if (v.at("view") == "drops") {
-      matched_before = v.at("matched").get<uint64_t>();
-      have_drops = true;
-    }
-  ASSERT_TRUE(have_drops) << "no drops view for g1: " << views.dump().substr(0, 2000);
+  // Records so far, per view ("drops": all of g1's; "tap-drops": on its tap).
+  auto matched_of = [](const nlohmann::json& snaps) {
+    std::map<std::string, uint64_t> m;
+    for (const auto& v : snaps)
+      if (v.at("view") == "drops" || v.at("view") == "tap-drops")
+        m[v.at("view").get<std::string>()] = v.at("matched").get<uint64_t>();
+    return m;
+  };
+  auto matched_before = matched_of(views);
+  ASSERT_EQ(matched_before.size(), 2u) << "no drops or tap-drops view for g1: " << views.dump().substr(0, 2000);
   // Both baselines while the link is up and the views settled: a packet the
   // host sends g1 between its link going down and a later read of the
   // counter (a late segment of the flows above) would be in the records but
@@ -452,15 +468,16 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   EXPECT_EQ(up_again.status, 0) << up_again.Describe();
   ASSERT_GT(after - before, 500) << "the tap dropped too little to test: " << before << " -> " << after;
   auto v2 = d.SettledViews("g1");
-  uint64_t matched = 0;
-  for (const auto& v : v2) {
-    EXPECT_EQ(v.at("vm").get<int>(), vm);
-    if (v.at("view") == "drops") matched = v.at("matched").get<uint64_t>();
-  }
-  EXPECT_EQ(static_cast<long>(matched - matched_before), after - before)
-      << "net.drop records of g1 vs the tap's tx_dropped";
-  std::printf("[e2e] tap %s dropped %ld, net.drop records of g1: %llu\n", tap.c_str(), after - before,
-              static_cast<unsigned long long>(matched - matched_before));
+  for (const auto& v : v2) EXPECT_EQ(v.at("vm").get<int>(), vm);
+  auto matched = matched_of(v2);
+  const long on_tap = static_cast<long>(matched["tap-drops"] - matched_before["tap-drops"]);
+  const long all = static_cast<long>(matched["drops"] - matched_before["drops"]);
+  EXPECT_EQ(on_tap, after - before) << "net.drop records of g1 on its tap vs the tap's tx_dropped";
+  // Elsewhere on its path: a handful at most (late segments), never the flood.
+  EXPECT_GE(all, on_tap);
+  EXPECT_LE(all - on_tap, 10) << "g1's drops past its tap";
+  std::printf("[e2e] tap %s dropped %ld, net.drop records of g1 on it: %ld (%ld past it)\n", tap.c_str(),
+              after - before, on_tap, all - on_tap);
 }
 
 // Block I/O per VM: a disk hot-plugged into g1 with cache=none, so QEMU
@@ -835,7 +852,7 @@ size_t Count(const std::string& cmd) {
   return SplitLines(RunProcess({"sh", "-c", cmd}, 30).out).size();
 }
 
-// 50 cycles of stop/start, reset/start and undefine/define/start of g2
+// 50 cycles of stop/start, reboot/start and undefine/define/start of g2
 // while the daemon runs: afterwards the daemon holds as many fds, the
 // kernel as many programs, links and tagging entries, the lab as many taps
 // and cgroups as before; g2's tagging entries name its current QEMU process
@@ -886,30 +903,47 @@ TEST_F(HardeningDirect, FiftyCyclesOfVmChurnLeaveNothingBehind) {
       ::unlink(xml.c_str());
     }
   } again{virsh, xml};
+  // Each step must succeed; a failure says what virsh said.  A domain is
+  // down once libvirt itself says "shut off" (an error from domstate, such
+  // as a lock that a job still holds, is not "not running").
+  auto ok = [&](const std::string& args) {
+    const auto r = virsh(args);
+    EXPECT_EQ(r.status, 0) << "virsh " << args << ": " << r.Describe();
+    return r.status == 0;
+  };
+  ProcResult state;
+  auto shut_off = [&] {
+    state = virsh("domstate g2");
+    return state.status == 0 && Trim(state.out) == "shut off";
+  };
   const int kCycles = 50;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kCycles; ++i) {
     SCOPED_TRACE("cycle " + std::to_string(i));
     switch (i % 3) {
       case 0:  // stop, start
-        ASSERT_EQ(virsh("destroy g2").status, 0);
-        ASSERT_EQ(virsh("start g2").status, 0);
+        ASSERT_TRUE(ok("destroy g2"));
+        ASSERT_TRUE(ok("start g2"));
         break;
-      case 1: {  // restart: a reset (the lab's domains end on reboot), then start
-        // QEMU (-no-reboot) quits on the reset, sometimes before it answers
-        // it: virsh then fails with "Unable to read from monitor", and the
-        // domain ends all the same.  What counts is that it ends.
-        const auto reset = virsh("reset g2");
-        ASSERT_TRUE(WaitFor([&] { return virsh("domstate g2").out.find("running") == std::string::npos; }, 20))
-            << "virsh reset g2: " << reset.Describe();
-        ASSERT_EQ(virsh("start g2").status, 0);
+      case 1: {  // restart: the guest reboots (the lab's domains end on reboot), then start
+        // Not `virsh reset`: Debian 12's QEMU 7.2 can hang for good in
+        // monitor_cleanup(), waiting for its QMP dispatcher, when libvirt's
+        // SIGTERM (on_reboot=destroy) meets the reset command still in
+        // flight; the domain then stays "in shutdown".  Seen here once in 17
+        // resets of a guest half a second after its start with the daemon
+        // running (it touches no QMP: only its load widens the race), and in
+        // none of 25 without it.
+        const auto reboot = lab()->Run("g2", "(sleep 0.3; reboot -f) >/dev/null 2>&1 & echo rebooting", 60);
+        ASSERT_EQ(reboot.out, "rebooting\n") << reboot.Describe();
+        ASSERT_TRUE(WaitFor(shut_off, 30)) << "virsh domstate g2: " << state.Describe() << state.out;
+        ASSERT_TRUE(ok("start g2"));
         break;
       }
       case 2:  // undefine, define, start
-        ASSERT_EQ(virsh("destroy g2").status, 0);
-        ASSERT_EQ(virsh("undefine g2").status, 0);
-        ASSERT_EQ(virsh("define " + xml).status, 0);
-        ASSERT_EQ(virsh("start g2").status, 0);
+        ASSERT_TRUE(ok("destroy g2"));
+        ASSERT_TRUE(ok("undefine g2"));
+        ASSERT_TRUE(ok("define " + xml));
+        ASSERT_TRUE(ok("start g2"));
         break;
     }
   }
