@@ -41,6 +41,25 @@ std::optional<std::string> args::value(std::string_view long_name, std::string_v
   return out;
 }
 
+std::optional<std::string> args::optional_value(std::string_view long_name) {
+  std::optional<std::string> out;
+  for (auto it = v_.begin(); it != v_.end();) {
+    if (*it == "--") break;
+    std::string_view a = *it;
+    if (a.starts_with(long_name) && a.size() > long_name.size() && a[long_name.size()] == '=') {
+      out = std::string(a.substr(long_name.size() + 1));
+      it = v_.erase(it);
+    } else if (a == long_name) {
+      const bool alone = it + 1 == v_.end() || (it + 1)->starts_with("-");
+      out = alone ? std::string() : *(it + 1);
+      it = v_.erase(it, alone ? it + 1 : it + 2);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> args::values(std::string_view long_name) {
   std::vector<std::string> out;
   for (auto it = v_.begin(); it != v_.end();) {

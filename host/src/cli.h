@@ -24,6 +24,9 @@ class args {
   const std::string& cmd() const { return cmd_; }
   bool flag(std::string_view long_name, std::string_view short_name = {});
   std::optional<std::string> value(std::string_view long_name, std::string_view short_name = {});
+  // An option whose value may be left out: absent, "" when given alone (last,
+  // or followed by another option), else its value ("--x V" or "--x=V").
+  std::optional<std::string> optional_value(std::string_view long_name);
   // Every occurrence of a repeatable option, in order.
   std::vector<std::string> values(std::string_view long_name);
   // Remaining positionals; any unconsumed option is an error.

@@ -160,28 +160,9 @@ int cmd_host(cli::args& a) {
     return 0;
   }
   daemon_options o;
-  {
-    // --http takes an optional value: "--http ADDR:PORT", "--http=ADDR:PORT",
-    // or "--http" alone, followed by another option or nothing.
-    cli::args peek = a;
-    std::optional<std::string> next;
-    try {
-      next = peek.value("--http");
-    } catch (const cli::usage_error&) {  // "--http" last: no value
-      next = "";
-    }
-    if (next) {
-      std::string v = next->starts_with("-") ? "" : *next;
-      if (v.empty()) {
-        (void)a.flag("--http");
-        if (auto eq = a.value("--http")) v = *eq;  // also given as --http=ADDR:PORT
-      } else {
-        v = *a.value("--http");
-      }
-      o.http = cli::need(parse_http_endpoint(v.empty() ? "127.0.0.1:" + std::to_string(kDefaultHttpPort) : v),
-                         "--http");
-    }
-  }
+  if (auto v = a.optional_value("--http"))  // "--http" alone: loopback, the default port
+    o.http = cli::need(parse_http_endpoint(v->empty() ? "127.0.0.1:" + std::to_string(kDefaultHttpPort) : *v),
+                       "--http");
   if (auto v = a.value("--http-tokens")) {
     if (!o.http) throw cli::usage_error("--http-tokens: only with --http");
     o.http_tokens = cli::need(load_tokens(*v), "--http-tokens");

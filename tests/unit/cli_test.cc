@@ -54,5 +54,24 @@ TEST(Cli, ArgsConsumeOptionsAndRejectUnknownOnes) {
   EXPECT_THROW(e.finish(1, 1), usage_error);
 }
 
+TEST(Cli, OptionalValueAloneOrWithItsValue) {
+  args a("host", {"--http", "--socket", "s"});
+  EXPECT_EQ(a.optional_value("--http"), "");
+  EXPECT_EQ(a.value("--socket"), "s");
+  EXPECT_TRUE(a.finish(0, 0).empty());
+  args b("host", {"--socket", "s", "--http"});
+  EXPECT_EQ(b.optional_value("--http"), "");
+  args c("host", {"--http", "0.0.0.0:9000", "-v"});
+  EXPECT_EQ(c.optional_value("--http"), "0.0.0.0:9000");
+  EXPECT_TRUE(c.flag("-v"));
+  args d("host", {"--http=127.0.0.1:1"});
+  EXPECT_EQ(d.optional_value("--http"), "127.0.0.1:1");
+  args e("host", {"--http-tokens", "f"});
+  EXPECT_EQ(e.optional_value("--http"), std::nullopt) << "another option that starts alike";
+  EXPECT_EQ(e.value("--http-tokens"), "f");
+  args f("host", {"--", "--http"});
+  EXPECT_EQ(f.optional_value("--http"), std::nullopt) << "after --";
+}
+
 }  // namespace
 }  // namespace magnet::cli
