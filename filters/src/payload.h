@@ -40,7 +40,7 @@ class payload_view {
     uint16_t k = kind_of(load_at<uint16_t>(rec + offsetof(magnet_hdr, type)));
     size_t need = sizeof(magnet_hdr);
     switch (k) {
-      case MAGNET_PL_SOCK: need += sizeof(magnet_sock); break;
+      case MAGNET_PL_SOCK: need += offsetof(magnet_sock, call_ns); break;  // any minor
       case MAGNET_PL_PKT: need += sizeof(magnet_pkt); break;
       case MAGNET_PL_TCP_STATE: need += sizeof(magnet_tcp_state); break;
       case MAGNET_PL_NET_DROP: need += sizeof(magnet_net_drop); break;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 #include "magnet/event.h"
 #include "magnet/record.h"
@@ -62,7 +63,7 @@ void vm_metrics::feed(std::span<const uint8_t> recs) {
     const uint8_t* p = r + sizeof(magnet_hdr);
     const size_t plen = h.len - sizeof(magnet_hdr);
     if ((h.type == MAGNET_EV_VMNET_QUEUE_TX || h.type == MAGNET_EV_VMNET_QUEUE_RX) &&
-        plen >= sizeof(magnet_vmnet_queue)) {
+        plen >= offsetof(magnet_vmnet_queue, ip_id)) {  // what it reads: any minor
       const auto& q = *reinterpret_cast<const magnet_vmnet_queue*>(p);
       const int dir = h.type == MAGNET_EV_VMNET_QUEUE_TX ? 0 : 1;
       s.queue[dir].add(static_cast<double>(q.delay_ns));

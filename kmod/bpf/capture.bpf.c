@@ -10,14 +10,14 @@
  * picks the first method the running kernel supports for each probe and
  * disables autoload of the rest.
  *
- * Layer map (send path):  net.sock.send  sock:sock_send_length | fexit sock_sendmsg
+ * Layer map (send path):  net.sock.send  sock:sock_send_length | fexit inet{,6}_sendmsg
  *                         net.l4.send    netfilter LOCAL_OUT   | fentry/kprobe ip_local_out
  *                         net.ip.send    cgroup_skb/egress     (ip_finish_output)
  *                         net.dev.xmit   net:net_dev_queue
  * (receive path):         net.dev.recv   net:netif_receive_skb
  *                         net.ip.recv    netfilter PRE_ROUTING | fentry/kprobe ip_rcv
  *                         net.l4.recv    cgroup_skb/ingress    (sk_filter on delivery)
- *                         net.sock.recv  sock:sock_recv_length | fexit sock_recvmsg
+ *                         net.sock.recv  sock:sock_recv_length | fexit inet{,6}_recvmsg
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -85,11 +85,11 @@ static __always_inline void mg_sock_addrs(struct sock *sk, struct magnet_sock *p
  * struct sock, and 6.x copies linear datagrams without a tracepoint, so its
  * receive records carry only the local end (saddr/sport zero). */
 static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
-					 __u16 type, bool direct)
+					 __u16 type, bool direct, __u64 call_ns)
 {
 	bool send = slot == MAGNET_P_NET_SOCK_SEND;
 	struct magnet_probe_pcpu *st;
-	struct magnet_sock s = {};
+	struct magnet_sock s = { .call_ns = call_ns };
 	struct magnet_hdr *h;
 	struct mg_ev ev;
 	__u32 mode;
@@ -130,98 +130,195 @@ static __always_inline int mg_sock_event(struct sock *sk, int ret, __u32 slot,
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send_btf, struct sock *sk, int ret, int flags)
 {
-	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, true);
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, true, 0);
 }
 
 SEC("raw_tp/sock_send_length")
 int BPF_PROG(sock_send_raw, struct sock *sk, int ret, int flags)
 {
-	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, false);
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, false, 0);
 }
 
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv_btf, struct sock *sk, int ret, int flags)
 {
-	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, true);
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, true, 0);
 }
 
 SEC("raw_tp/sock_recv_length")
 int BPF_PROG(sock_recv_raw, struct sock *sk, int ret, int flags)
 {
-	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, false);
+	return mg_sock_event(sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, false, 0);
 }
 
-/* Before 6.3 (commit 6e6eda44b939 "net: add sock_send_length and
- * sock_recv_length tracepoints") the socket layer is reached through
- * sock_sendmsg / sock_recvmsg. */
-SEC("fexit/sock_sendmsg")
-int BPF_PROG(sock_send_fexit, struct socket *sock, struct msghdr *msg, int ret)
-{
-	/* sock is trusted here, so sock->sk stays a BTF pointer */
-	return mg_sock_event(sock->sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, true);
-}
+/* The call a socket record ends, per thread: its start (and, for kprobes,
+ * the socket), from the entry probe to the return probe.  A thread is in
+ * one send and one receive call at most.  LRU: a call whose return was
+ * never seen (a probe attached mid-call) ages out. */
+struct mg_sock_call {
+	__u64 start_ns;
+	__u64 sock; /* kprobe path only */
+};
 
-SEC("fexit/sock_recvmsg")
-int BPF_PROG(sock_recv_fexit, struct socket *sock, struct msghdr *msg, int flags,
-	     int ret)
-{
-	return mg_sock_event(sock->sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, true);
-}
-
-/* kprobe fallback: remember the socket at entry, emit at return. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64); /* pid_tgid << 1 | is_recv */
-	__type(value, __u64);
+	__type(value, struct mg_sock_call);
 } sock_entry SEC(".maps");
 
-static __always_inline int mg_sock_kentry(struct socket *sock, __u64 recv)
+/* Entry: the call's start, kept only while the probe streams records
+ * (call_ns is a field of the record: counting needs no start), and for the
+ * kprobe path the socket, which its return probe cannot see. */
+static __always_inline int mg_sock_enter(struct socket *sock, __u64 recv, bool kprobe)
 {
+	__u32 mode = probe_ctl[recv ? MAGNET_P_NET_SOCK_RECV : MAGNET_P_NET_SOCK_SEND].mode;
 	__u64 key = bpf_get_current_pid_tgid() << 1 | recv;
-	__u64 val = mg_ptr_bits(sock);
+	struct mg_sock_call c = { .sock = mg_ptr_bits(sock) };
 
-	bpf_map_update_elem(&sock_entry, &key, &val, BPF_ANY);
+	if (mode & MAGNET_MODE_STREAM)
+		c.start_ns = bpf_ktime_get_ns();
+	else if (!mode || !kprobe)
+		return 0;
+	bpf_map_update_elem(&sock_entry, &key, &c, BPF_ANY);
 	return 0;
 }
 
-static __always_inline int mg_sock_kret(int ret, __u64 recv)
+/* Return: the call's duration (0 when its start is unknown) and, for the
+ * kprobe path, its socket; the entry is consumed. */
+static __always_inline __u64 mg_sock_leave(__u64 recv, __u64 *sock)
 {
 	__u64 key = bpf_get_current_pid_tgid() << 1 | recv;
-	__u64 *val = bpf_map_lookup_elem(&sock_entry, &key);
-	struct socket *sock;
+	struct mg_sock_call *c = bpf_map_lookup_elem(&sock_entry, &key);
+	__u64 now, d = 0;
 
-	if (!val)
+	*sock = 0;
+	if (!c)
 		return 0;
-	sock = (struct socket *)(unsigned long)*val;
+	now = bpf_ktime_get_ns();
+	if (c->start_ns && now > c->start_ns)
+		d = now - c->start_ns;
+	*sock = c->sock;
 	bpf_map_delete_elem(&sock_entry, &key);
-	if (recv)
-		return mg_sock_event(BPF_CORE_READ(sock, sk), ret,
-				     MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV, false);
-	return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_SEND,
-			     MAGNET_EV_NET_SOCK_SEND, false);
+	return d;
 }
 
-SEC("kprobe/sock_sendmsg")
+/* Before 6.3 (commit 6e6eda44b939 "net: add sock_send_length and
+ * sock_recv_length tracepoints") the socket layer is reached through the
+ * address families' own sendmsg/recvmsg, inet_* and inet6_*, which the
+ * socket layer calls from net/socket.c into af_inet.c / af_inet6.c: never
+ * inlined.  Not sock_sendmsg / sock_recvmsg: write(), send() and recv()
+ * reach them from their own file, where the compiler may inline them
+ * (Debian's 6.1 does: a probe there saw none of iperf3's UDP sends).
+ * fentry and fexit together also time the call (magnet_sock.call_ns). */
+#define MG_SOCK_FENTRY(fn, name, recv)                                                    \
+	SEC("fentry/" #fn)                                                                \
+	int BPF_PROG(name##_fentry, struct socket *sock)                                  \
+	{                                                                                 \
+		return mg_sock_enter(sock, recv, false);                                  \
+	}
+MG_SOCK_FENTRY(inet_sendmsg, sock_send, 0)
+MG_SOCK_FENTRY(inet6_sendmsg, sock_send6, 0)
+MG_SOCK_FENTRY(inet_recvmsg, sock_recv, 1)
+MG_SOCK_FENTRY(inet6_recvmsg, sock_recv6, 1)
+
+static __always_inline int mg_sock_fexit(struct socket *sock, int ret, __u64 recv)
+{
+	__u64 unused, d = mg_sock_leave(recv, &unused);
+
+	/* sock is trusted here, so sock->sk stays a BTF pointer */
+	if (recv)
+		return mg_sock_event(sock->sk, ret, MAGNET_P_NET_SOCK_RECV, MAGNET_EV_NET_SOCK_RECV,
+				     true, d);
+	return mg_sock_event(sock->sk, ret, MAGNET_P_NET_SOCK_SEND, MAGNET_EV_NET_SOCK_SEND, true,
+			     d);
+}
+
+SEC("fexit/inet_sendmsg")
+int BPF_PROG(sock_send_fexit, struct socket *sock, struct msghdr *msg, size_t size, int ret)
+{
+	return mg_sock_fexit(sock, ret, 0);
+}
+
+SEC("fexit/inet6_sendmsg")
+int BPF_PROG(sock_send6_fexit, struct socket *sock, struct msghdr *msg, size_t size, int ret)
+{
+	return mg_sock_fexit(sock, ret, 0);
+}
+
+SEC("fexit/inet_recvmsg")
+int BPF_PROG(sock_recv_fexit, struct socket *sock, struct msghdr *msg, size_t size, int flags,
+	     int ret)
+{
+	return mg_sock_fexit(sock, ret, 1);
+}
+
+SEC("fexit/inet6_recvmsg")
+int BPF_PROG(sock_recv6_fexit, struct socket *sock, struct msghdr *msg, size_t size, int flags,
+	     int ret)
+{
+	return mg_sock_fexit(sock, ret, 1);
+}
+
+/* kprobe fallback: the socket and the start at entry, the record at return. */
+static __always_inline int mg_sock_kret(int ret, __u64 recv)
+{
+	__u64 sockp, d = mg_sock_leave(recv, &sockp);
+	struct socket *sock = (struct socket *)(unsigned long)sockp;
+
+	if (!sock)
+		return 0;
+	if (recv)
+		return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_RECV,
+				     MAGNET_EV_NET_SOCK_RECV, false, d);
+	return mg_sock_event(BPF_CORE_READ(sock, sk), ret, MAGNET_P_NET_SOCK_SEND,
+			     MAGNET_EV_NET_SOCK_SEND, false, d);
+}
+
+SEC("kprobe/inet_sendmsg")
 int BPF_KPROBE(sock_send_kprobe, struct socket *sock)
 {
-	return mg_sock_kentry(sock, 0);
+	return mg_sock_enter(sock, 0, true);
 }
 
-SEC("kretprobe/sock_sendmsg")
+SEC("kretprobe/inet_sendmsg")
 int BPF_KRETPROBE(sock_send_kretprobe, int ret)
 {
 	return mg_sock_kret(ret, 0);
 }
 
-SEC("kprobe/sock_recvmsg")
-int BPF_KPROBE(sock_recv_kprobe, struct socket *sock)
+SEC("kprobe/inet6_sendmsg")
+int BPF_KPROBE(sock_send6_kprobe, struct socket *sock)
 {
-	return mg_sock_kentry(sock, 1);
+	return mg_sock_enter(sock, 0, true);
 }
 
-SEC("kretprobe/sock_recvmsg")
+SEC("kretprobe/inet6_sendmsg")
+int BPF_KRETPROBE(sock_send6_kretprobe, int ret)
+{
+	return mg_sock_kret(ret, 0);
+}
+
+SEC("kprobe/inet_recvmsg")
+int BPF_KPROBE(sock_recv_kprobe, struct socket *sock)
+{
+	return mg_sock_enter(sock, 1, true);
+}
+
+SEC("kretprobe/inet_recvmsg")
 int BPF_KRETPROBE(sock_recv_kretprobe, int ret)
+{
+	return mg_sock_kret(ret, 1);
+}
+
+SEC("kprobe/inet6_recvmsg")
+int BPF_KPROBE(sock_recv6_kprobe, struct socket *sock)
+{
+	return mg_sock_enter(sock, 1, true);
+}
+
+SEC("kretprobe/inet6_recvmsg")
+int BPF_KRETPROBE(sock_recv6_kretprobe, int ret)
 {
 	return mg_sock_kret(ret, 1);
 }
@@ -1659,6 +1756,9 @@ static __always_inline int mg_queue_out(struct sk_buff *skb, struct net_device *
 			p->delay_ns = delay;
 			p->in_ifindex = q->ifindex;
 			p->out_ifindex = out_if;
+			p->ip_id = q->ip_id;
+			p->reserved = 0;
+			p->reserved2 = 0;
 			mg_submit(st, h);
 		}
 	}

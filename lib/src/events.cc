@@ -74,8 +74,15 @@ size_t payload_size(uint16_t kind) {
 }
 
 size_t payload_min_size(uint16_t kind) {
-  // Minor 0 wrote kvm.entry without the exit fields appended in minor 1.
-  if (kind == MAGNET_PL_KVM_ENTRY) return offsetof(magnet_kvm_entry, exit_ns);
+  // Minor 0 wrote kvm.entry without the exit fields appended in minor 1;
+  // minor 1 sock records without call_ns and vmnet.queue without the IPv4
+  // id, both appended in minor 2.
+  switch (kind) {
+    case MAGNET_PL_KVM_ENTRY: return offsetof(magnet_kvm_entry, exit_ns);
+    case MAGNET_PL_SOCK: return offsetof(magnet_sock, call_ns);
+    case MAGNET_PL_VMNET_QUEUE: return offsetof(magnet_vmnet_queue, ip_id);
+    default: break;
+  }
   return payload_size(kind);
 }
 

@@ -39,6 +39,7 @@ const field kDesc[] = {
 const field kSock[] = {
     F(magnet_sock, family, u16), F(magnet_sock, protocol, u16), F(magnet_sock, sport, u16),
     F(magnet_sock, dport, u16), F(magnet_sock, saddr, addr), F(magnet_sock, daddr, addr),
+    F(magnet_sock, call_ns, u64),
 };
 const field kPkt[] = {
     F(magnet_pkt, ifindex, u32), F(magnet_pkt, skb_len, u32), F(magnet_pkt, tcp_seq, u32),
@@ -111,7 +112,7 @@ const field kNetDrop[] = {
 };
 const field kVmnetQueue[] = {
     F(magnet_vmnet_queue, delay_ns, u64), F(magnet_vmnet_queue, in_ifindex, u32),
-    F(magnet_vmnet_queue, out_ifindex, u32),
+    F(magnet_vmnet_queue, out_ifindex, u32), F(magnet_vmnet_queue, ip_id, u16),
 };
 const field kVmnetVhost[] = {
     F(magnet_vmnet_vhost, duration_ns, u64),

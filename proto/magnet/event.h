@@ -32,7 +32,7 @@
 #endif
 
 #define MAGNET_FORMAT_MAJOR 1
-#define MAGNET_FORMAT_MINOR 1
+#define MAGNET_FORMAT_MINOR 2
 
 /* Written natively into the sysinfo record: a reader that sees the bytes
  * reversed knows the trace was written on a machine of the other endianness. */
@@ -238,6 +238,10 @@ struct magnet_sock {
 	__u16 dport;    /* host order */
 	__u8 saddr[16];
 	__u8 daddr[16];
+	/* minor 2: the sendmsg/recvmsg call the record ends (hdr.ts_ns is its
+	 * return), from entry to return; 0 when not measured (the
+	 * sock_send_length / sock_recv_length tracepoints have no entry) */
+	__u64 call_ns;
 };
 
 /* A packet seen at the l4, ip or device layer. */
@@ -404,6 +408,11 @@ struct magnet_vmnet_queue {
 	__u64 delay_ns;
 	__u32 in_ifindex;
 	__u32 out_ifindex;
+	/* minor 2: the packet's IPv4 id (0 for IPv6): with the flow id, what
+	 * names one packet to its guest (the agent's journey, docs/guest.md) */
+	__u16 ip_id;
+	__u16 reserved;
+	__u32 reserved2;
 };
 
 /* vmnet.vhost.tx / .rx: one run of vhost-net's handle_tx / handle_rx in
@@ -424,7 +433,7 @@ MAGNET_ASSERT_SIZE(magnet_hdr, 40);
 MAGNET_ASSERT_SIZE(magnet_sysinfo, 208);
 MAGNET_ASSERT_SIZE(magnet_lost, 32);
 MAGNET_ASSERT_SIZE(magnet_event_desc, 40);
-MAGNET_ASSERT_SIZE(magnet_sock, 40);
+MAGNET_ASSERT_SIZE(magnet_sock, 48);
 MAGNET_ASSERT_SIZE(magnet_pkt, 64);
 MAGNET_ASSERT_SIZE(magnet_tcp_state, 96);
 MAGNET_ASSERT_SIZE(magnet_sched_switch, 56);
@@ -438,7 +447,7 @@ MAGNET_ASSERT_SIZE(magnet_kvm_userspace_exit, 16);
 MAGNET_ASSERT_SIZE(magnet_kvm_wakeup, 16);
 MAGNET_ASSERT_SIZE(magnet_kvm_halt_poll, 16);
 MAGNET_ASSERT_SIZE(magnet_net_drop, 24);
-MAGNET_ASSERT_SIZE(magnet_vmnet_queue, 16);
+MAGNET_ASSERT_SIZE(magnet_vmnet_queue, 24);
 MAGNET_ASSERT_SIZE(magnet_vmnet_vhost, 8);
 MAGNET_STATIC_ASSERT(__builtin_offsetof(struct magnet_hdr, type) == 32, "hdr.type moved");
 MAGNET_STATIC_ASSERT(__builtin_offsetof(struct magnet_hdr, len) == 36, "hdr.len moved");
