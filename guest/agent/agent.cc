@@ -455,7 +455,15 @@ void agent::on_host_frame(view::frame& f) {
     std::erase_if(host_vals_, [&](const auto& kv) { return kv.second.second + 5'000'000'000 < now; });
     republish(now);
   } else if (auto* e = std::get_if<view::events>(&f.m)) {
-    if (opt_.journey) journey_.host_records(e->records);
+    if (opt_.journey) {
+      // The guest sent each of these packets before the host saw it: its own
+      // records are in the ring, maybe not read yet (the ring wakes the agent
+      // only past its watermark).  Read them first, or the host's record
+      // finds nothing to match and is dropped (a third of the packets
+      // matched when it did not).
+      if (cons_) (void)cons_->drain();
+      journey_.host_records(e->records);
+    }
     for (size_t off = 0; off + sizeof(magnet_hdr) <= e->records.size();) {
       const uint8_t* r = e->records.data() + off;
       const auto& h = *reinterpret_cast<const magnet_hdr*>(r);

@@ -23,10 +23,6 @@ void each_record(std::span<const uint8_t> recs, Fn&& fn) {
   }
 }
 
-// The packet's IPv4 id in a vmnet.queue record (MERGE: the field the capture
-// work appends; until then no packet matches).
-uint16_t vmnet_ip_id(const magnet_vmnet_queue&, size_t) { return 0; }
-
 }  // namespace
 
 void journey::expire(uint64_t now) {
@@ -41,33 +37,35 @@ void journey::guest_records(std::span<const uint8_t> recs) {
   each_record(recs, [&](const magnet_hdr& h, const uint8_t* p, size_t n) {
     if (h.type == MAGNET_EV_NET_SOCK_SEND && n >= sizeof(magnet_sock)) {
       const auto& s = *reinterpret_cast<const magnet_sock*>(p);
-      if (s.protocol != kUdp || h.size <= 0) return;
-      // The send's datagram: (local -> remote), as the packet will say.
-      uint64_t flow = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, static_cast<__u8>(s.protocol));
-      auto& q = sends_[flow];
-      q.push_back(h.ts_ns);
-      if (q.size() > 1024) q.pop_front();
-      if (sends_.size() > 256) sends_.erase(sends_.begin());
+      if (s.protocol != kUdp || h.size <= 0 || !s.call_ns || s.call_ns > h.ts_ns) return;
+      // The call's datagram left through the device while the call ran:
+      // its transmit record came first (the send's record is written at
+      // its return).  (local -> remote), as the packet says.
+      const uint64_t flow = magnet_flow_id(s.saddr, s.daddr, s.sport, s.dport, static_cast<__u8>(s.protocol));
+      auto it = unsent_.find(flow);
+      if (it == unsent_.end()) return;
+      const uint64_t start = h.ts_ns - s.call_ns;
+      auto& q = it->second;
+      // Transmits before this call began found no call of their own.
+      while (!q.empty() && q.front().first < start) q.pop_front();
+      while (!q.empty() && q.front().first <= h.ts_ns) {
+        if (auto pt = pending_.find(q.front().second); pt != pending_.end() && pt->second.dev_ns == q.front().first)
+          pt->second.sock_ns = start;
+        q.pop_front();
+      }
+      if (q.empty()) unsent_.erase(it);
     } else if (h.type == MAGNET_EV_NET_DEV_XMIT && n >= sizeof(magnet_pkt)) {
       const auto& pk = *reinterpret_cast<const magnet_pkt*>(p);
       if (pk.ip_version != 4) return;  // the IPv4 id names the packet
-      sent s{h.ts_ns, 0};
-      if (pk.protocol == kUdp) {
-        auto it = sends_.find(h.abstract_id);
-        if (it != sends_.end()) {
-          auto& q = it->second;
-          // The oldest send not later than this transmit, dropping those
-          // too old to be its own (a datagram the stack dropped).
-          while (!q.empty() && q.front() + kMaxAgeNs < h.ts_ns) q.pop_front();
-          if (!q.empty() && q.front() <= h.ts_ns) {
-            s.sock_ns = q.front();
-            q.pop_front();
-          }
-        }
-      }
       key k{h.abstract_id, pk.ip_id};
-      pending_[k] = s;
+      pending_[k] = sent{h.ts_ns, 0};
       order_.emplace_back(h.ts_ns, k);
+      if (pk.protocol == kUdp) {
+        auto& q = unsent_[h.abstract_id];
+        q.emplace_back(h.ts_ns, k);
+        if (q.size() > 1024) q.pop_front();
+        if (unsent_.size() > 256) unsent_.erase(unsent_.begin());
+      }
       last_guest_ns_ = std::max<uint64_t>(last_guest_ns_, h.ts_ns);
     }
   });
@@ -77,9 +75,10 @@ void journey::guest_records(std::span<const uint8_t> recs) {
 void journey::host_records(std::span<const uint8_t> recs) {
   if (!have_offset_) return;
   each_record(recs, [&](const magnet_hdr& h, const uint8_t* p, size_t n) {
+    // (A host of format minor 1 sends no IPv4 id: nothing to match.)
     if (h.type != MAGNET_EV_VMNET_QUEUE_TX || n < sizeof(magnet_vmnet_queue)) return;
     const auto& q = *reinterpret_cast<const magnet_vmnet_queue*>(p);
-    auto it = pending_.find(key{h.abstract_id, vmnet_ip_id(q, n)});
+    auto it = pending_.find(key{h.abstract_id, q.ip_id});
     if (it == pending_.end()) return;
     const sent s = it->second;
     pending_.erase(it);

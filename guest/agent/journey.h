@@ -5,9 +5,11 @@
 // function of the 5-tuple on both sides) and IPv4 id; the host's times are
 // brought to the guest's clock with the offset the agent measures.
 //
-// Segments: guest socket -> guest device (UDP: one datagram per send, in
-// order per flow), guest device -> host tap (crosses the clocks: its error
-// is the offset's), host tap -> host wire (the host's own queueing).
+// Segments: guest socket -> guest device (UDP: from the start of the send
+// call whose datagram it is, the call that was running when the device
+// transmitted it; only where the call is timed, magnet_sock.call_ns), guest
+// device -> host tap (crosses the clocks: its error is the offset's), host
+// tap -> host wire (the host's own queueing).
 #pragma once
 
 #include <cstdint>
@@ -57,7 +59,8 @@ class journey {
 
   std::unordered_map<key, sent, key_hash> pending_;  // guest device transmits
   std::deque<std::pair<uint64_t, key>> order_;       // (dev_ns, key), oldest first
-  std::unordered_map<uint64_t, std::deque<uint64_t>> sends_;  // UDP flow -> send times
+  // UDP flow -> its transmits (dev_ns, key) not yet placed in a send call
+  std::unordered_map<uint64_t, std::deque<std::pair<uint64_t, key>>> unsent_;
   std::deque<slot> slots_;
   slot open_;
   int64_t offset_ = 0;
