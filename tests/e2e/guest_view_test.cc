@@ -572,6 +572,34 @@ TEST_F(GuestViewDirect, EachGuestGetsItsOwnViewOverVirtioSerial) {
   OwnViewChecks(lab(), h, d, "10.77.0.250", {{"g1", 5}, {"g2", 2}}, "ip netns exec " + w.ns, true);
 }
 
+// No host daemon: the agent says the host is away, marks every host value
+// invalid, and goes on serving what it measures in the guest itself.
+TEST_F(GuestViewDirect, WithoutTheDaemonTheAgentServesTheGuestsOwnPart) {
+  REQUIRE_LAB();
+  HostSide h(lab(), false);
+  ASSERT_EQ(h.Sh("pidof magnet", 10).out, "") << "a daemon is running";
+  Wire w("");
+  ASSERT_EQ(h.Sh("(ip netns exec " + w.ns + " timeout 30 iperf3 -s -1 -p 5741 >/dev/null 2>&1 &)").status, 0);
+  sleep(1);
+  ASSERT_EQ(lab()->Run("g1", "(iperf3 -c 10.77.0.250 -p 5741 -u -b 3M -l 1400 -t 8 >/dev/null 2>&1 &)", 20).status, 0);
+  sleep(4);
+  const GuestView v = View(lab(), "g1");
+  ASSERT_TRUE(v.ok()) << v.text;
+  EXPECT_FALSE(v.j.value("host_connected", true)) << v.text;
+  int host_values = 0;
+  // (lost.delivery counts what the connection itself dropped: the agent's
+  // own count for this one, whatever the host does.)
+  for (const auto& x : v.j["values"])
+    if (x.value("source", "") == "host" && x.value("name", "") != "lost.delivery") {
+      ++host_values;
+      EXPECT_FALSE(x.value("valid", true)) << "a host value without a host: " << x.dump();
+    }
+  std::printf("[e2e] g1 without a daemon: %d host values, all invalid; guest.sock_tx %.3f Mbit/s\n", host_values,
+              v.get("guest.sock_tx_bps") / 1e6);
+  EXPECT_NEAR(v.get("guest.sock_tx_bps") / 3e6, 1.0, 0.2) << v.text;
+  EXPECT_GT(v.get("guest.dev_tx_bps"), 0) << v.text;
+}
+
 // The available bandwidth on a link whose capacity the test sets: a tbf of
 // 20 Mbit/s on the wire's veth, named to the daemon with --link.
 TEST_F(GuestViewDirect, AvailableBandwidthOnALinkWhoseCapacityTheTestSets) {
