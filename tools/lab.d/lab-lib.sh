@@ -295,18 +295,23 @@ lab_render_domain() { # NAME INDEX -> XML on stdout
 # libvirtd (so no other lab's libvirtd runs), is about to define it.  A domain some lab defined
 # (its metadata, guest.xml.in) whose lab is not up (no mode in its state directory) was left
 # behind by a lab that ended without its teardown (killed, or the machine restarted: libvirt keeps
-# the definition under /etc/libvirt/qemu): it is removed, saying so.  Any other domain is not the
-# lab's to touch: 'up' refuses.
+# the definition under /etc/libvirt/qemu): it is removed, saying so.  So is one that names this
+# lab's own state directory.  Any other domain is not the lab's to touch: 'up' refuses.
 lab_stale_domain_remove() {
   local name="$1" state
   state="$(lab_virsh metadata "$name" urn:magnet:lab 2>/dev/null | sed -n "s/.* state=[\"']\([^\"']*\)[\"'].*/\1/p")"
   if [[ -z "$state" ]]; then
     lab_err "a libvirt domain named $name already exists and is not the lab's (run: tools/lab down, or remove it)"; return 1
   fi
-  if [[ -f "$state/mode" ]]; then
+  # This lab's own state directory: 'up' refused to start while a lab was up there, so the
+  # domain is a leftover of an earlier lab with the same state directory (a CI run killed at its
+  # time limit, for one), never of a lab that is up.
+  if [[ "$state" != "$LAB_STATE" && -f "$state/mode" ]]; then
     lab_err "a libvirt domain named $name belongs to a lab that is up (state: $state; run: tools/lab down)"; return 1
   fi
-  lab_log "removing domain $name, left behind by a lab that ended without its teardown (state: $state, gone)"
+  local whose="gone"
+  [[ "$state" == "$LAB_STATE" ]] && whose="this lab's own, reused"
+  lab_log "removing domain $name, left behind by a lab that ended without its teardown (state: $state, $whose)"
   lab_virsh destroy "$name" >/dev/null 2>&1 || true
   local out
   if ! out="$(lab_virsh undefine "$name" 2>&1)"; then
