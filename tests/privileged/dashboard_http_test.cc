@@ -81,6 +81,10 @@ struct daemon_under_test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     d = std::make_unique<child>(argv);
   }
+  ~daemon_under_test() {
+    d.reset();
+    ::unlink(tmp("node.xml").c_str());  // read by the test driver when the daemon connected
+  }
   // Up, serving, and both VMs known.
   ::testing::AssertionResult up() {
     if (!d->wait_for_stderr("[started]")) return ::testing::AssertionFailure() << d->stderr_text();
