@@ -57,11 +57,12 @@ for m in "${modes[@]}"; do
     MAGNET_LAB_MODE=$m "$lab" run labhost \
       "($mb/host/magnet host --socket $sock --duration 600 >/tmp/magnet-deliver-lab.log 2>&1 &); \
        for i in \$(seq 300); do $mb/host/magnet sessions --json --socket $sock 2>/dev/null | grep -q '\"subscribed\":true' && break; sleep 0.2; done"
-    MAGNET_LAB_MODE=$m "$lab" run g1 "$echo_cmd"
+    MAGNET_LAB_MODE=$m "$lab" run g1 "${echo_cmd/--port 7002/--port 7002 --vsock-port 7003}"
     sleep 1
+    # --bare-vsock: the same marks written straight to the guest program's vsock port, in turns.
     MAGNET_LAB_MODE=$m "$lab" run labhost \
       "$mb/bench/deliver/lab_latency --socket $sock --vm g1 --listen 10.77.0.1:7001 \
-       --guest 10.77.0.11:7002 --count $count --label vsock ${flag[*]}" || true
+       --guest 10.77.0.11:7002 --count $count --label vsock --bare-vsock 3:7003 ${flag[*]}" || true
   fi
   MAGNET_LAB_MODE=$m "$lab" down >/dev/null 2>&1 || true
   up=""

@@ -686,8 +686,10 @@ std::string host_daemon::handle(const std::string& req, const admin_peer& peer) 
       const vm_info* vm = find_vm(r.vm);
       if (!vm) return no_vm;
       if (!r.value) return admin_bad_mark_value_error(r);
-      hub_.set_marker(vm->vm_id, *r.value, monotonic_ns());
-      return "ok {}";
+      // The change's own moment (CLOCK_MONOTONIC), for a latency probe on this host's clock.
+      const uint64_t at = monotonic_ns();
+      hub_.set_marker(vm->vm_id, *r.value, at);
+      return "ok {\"changed_ns\":" + std::to_string(at) + "}";
     }
     case k::unknown: break;
   }

@@ -7,10 +7,13 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <regex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -80,6 +83,17 @@ TEST(DaemonThreads, ManyQueriesAndReloadsWhileTheRegistryFollowsLibvirt) {
     usleep(200000);
   }
   for (auto& t : clients) t.join();
+  // A mark answers with the moment of its change on this host's clock (bench/deliver times from it).
+  timespec before{}, after{};
+  clock_gettime(CLOCK_MONOTONIC, &before);
+  const std::string mark = query(sock, "mark test 2");
+  clock_gettime(CLOCK_MONOTONIC, &after);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(mark, m, std::regex(R"(ok \{"changed_ns":(\d+)\}\n)"))) << mark;
+  const auto ns = [](const timespec& t) { return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + t.tv_nsec; };
+  const uint64_t changed = std::stoull(m[1]);
+  EXPECT_GE(changed, ns(before));
+  EXPECT_LE(changed, ns(after));
   std::string why;
   for (const auto& b : first_bad) why += b.empty() ? "" : b + "\n";
   EXPECT_EQ(bad.load(), 0) << why;
