@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "magnet/event.h"
+#include "magnet/events.h"
 
 namespace magnet::filters {
 
@@ -40,10 +41,10 @@ class payload_view {
     uint16_t k = kind_of(load_at<uint16_t>(rec + offsetof(magnet_hdr, type)));
     size_t need = sizeof(magnet_hdr);
     switch (k) {
-      case MAGNET_PL_SOCK: need += offsetof(magnet_sock, call_ns); break;  // any minor
-      case MAGNET_PL_PKT: need += sizeof(magnet_pkt); break;
-      case MAGNET_PL_TCP_STATE: need += sizeof(magnet_tcp_state); break;
-      case MAGNET_PL_NET_DROP: need += sizeof(magnet_net_drop); break;
+      case MAGNET_PL_SOCK:
+      case MAGNET_PL_PKT:
+      case MAGNET_PL_TCP_STATE:
+      case MAGNET_PL_NET_DROP: need += payload_min_size(k); break;  // what any minor writes
       default: k = MAGNET_PL_NONE; break;
     }
     kind_ = len >= need ? k : static_cast<uint16_t>(MAGNET_PL_NONE);
