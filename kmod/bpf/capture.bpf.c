@@ -275,53 +275,21 @@ static __always_inline int mg_sock_kret(int ret, __u64 recv)
 			     MAGNET_EV_NET_SOCK_SEND, false, d);
 }
 
-SEC("kprobe/inet_sendmsg")
-int BPF_KPROBE(sock_send_kprobe, struct socket *sock)
-{
-	return mg_sock_enter(sock, 0, true);
-}
-
-SEC("kretprobe/inet_sendmsg")
-int BPF_KRETPROBE(sock_send_kretprobe, int ret)
-{
-	return mg_sock_kret(ret, 0);
-}
-
-SEC("kprobe/inet6_sendmsg")
-int BPF_KPROBE(sock_send6_kprobe, struct socket *sock)
-{
-	return mg_sock_enter(sock, 0, true);
-}
-
-SEC("kretprobe/inet6_sendmsg")
-int BPF_KRETPROBE(sock_send6_kretprobe, int ret)
-{
-	return mg_sock_kret(ret, 0);
-}
-
-SEC("kprobe/inet_recvmsg")
-int BPF_KPROBE(sock_recv_kprobe, struct socket *sock)
-{
-	return mg_sock_enter(sock, 1, true);
-}
-
-SEC("kretprobe/inet_recvmsg")
-int BPF_KRETPROBE(sock_recv_kretprobe, int ret)
-{
-	return mg_sock_kret(ret, 1);
-}
-
-SEC("kprobe/inet6_recvmsg")
-int BPF_KPROBE(sock_recv6_kprobe, struct socket *sock)
-{
-	return mg_sock_enter(sock, 1, true);
-}
-
-SEC("kretprobe/inet6_recvmsg")
-int BPF_KRETPROBE(sock_recv6_kretprobe, int ret)
-{
-	return mg_sock_kret(ret, 1);
-}
+#define MG_SOCK_KPROBES(fn, name, recv)                                                   \
+	SEC("kprobe/" #fn)                                                                \
+	int BPF_KPROBE(name##_kprobe, struct socket *sock)                                \
+	{                                                                                 \
+		return mg_sock_enter(sock, recv, true);                                   \
+	}                                                                                 \
+	SEC("kretprobe/" #fn)                                                             \
+	int BPF_KRETPROBE(name##_kretprobe, int ret)                                      \
+	{                                                                                 \
+		return mg_sock_kret(ret, recv);                                           \
+	}
+MG_SOCK_KPROBES(inet_sendmsg, sock_send, 0)
+MG_SOCK_KPROBES(inet6_sendmsg, sock_send6, 0)
+MG_SOCK_KPROBES(inet_recvmsg, sock_recv, 1)
+MG_SOCK_KPROBES(inet6_recvmsg, sock_recv6, 1)
 
 /* ------------------------------------------------------------------ */
 /* packet layers (l4, ip, device)                                      */
