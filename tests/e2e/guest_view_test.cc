@@ -580,7 +580,7 @@ TEST_F(GuestViewDirect, WithoutTheDaemonTheAgentServesTheGuestsOwnPart) {
   ASSERT_EQ(h.Sh("pidof magnet", 10).out, "") << "a daemon is running";
   Wire w("");
   ASSERT_EQ(h.Sh("(ip netns exec " + w.ns + " timeout 30 iperf3 -s -1 -p 5741 >/dev/null 2>&1 &)").status, 0);
-  sleep(1);
+  ASSERT_TRUE(WaitFor([&] { return Listening(w.ns, 5741); }, 10)) << "iperf3 server in " << w.ns;
   ASSERT_EQ(lab()->Run("g1", "(iperf3 -c 10.77.0.250 -p 5741 -u -b 3M -l 1400 -t 8 >/dev/null 2>&1 &)", 20).status, 0);
   sleep(4);
   const GuestView v = View(lab(), "g1");
@@ -617,7 +617,7 @@ TEST_F(GuestViewDirect, AvailableBandwidthOnALinkWhoseCapacityTheTestSets) {
   // 1400 of payload (Ethernet, IP and UDP headers).  Each guest's library
   // program takes 6 frames meanwhile; the means are compared.
   ASSERT_EQ(h.Sh("(ip netns exec " + w.ns + " timeout 40 iperf3 -s -1 -p 5731 -J >/tmp/magnet-gv-avail.json 2>&1 &)").status, 0);
-  sleep(1);
+  ASSERT_TRUE(WaitFor([&] { return Listening(w.ns, 5731); }, 10)) << "iperf3 server in " << w.ns;
   const auto started = clk::now();
   ASSERT_EQ(lab()->Run("g2", "(iperf3 -c 10.77.0.250 -p 5731 -u -b 7M -l 1400 -t 14 >/tmp/magnet-iperf.out 2>&1 &)", 20).status, 0);
   sleep(3);
