@@ -991,7 +991,7 @@ struct mg_blk_issue {
 	__u32 tgid;
 	__u32 tid;
 	__u32 vm;
-	__u32 pad;
+	__u32 requeued; /* in blk_start: given back by the driver, to be issued again */
 };
 
 struct {
@@ -1077,11 +1077,24 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 			b = BPF_CORE_READ(b, bi_next);
 		}
 
-		if (sub) { /* else: no bio (a flush), or made before tracing */
+		if (sub) { /* else: no bio (a flush), made before tracing, or requeued */
 			ev.tgid = sub->tgid;
 			ev.tid = sub->tid;
 			ev.vm = sub->vm;
 			bpf_map_delete_elem(&blk_submitter, &bkey);
+		} else {
+			/* A request the driver gave back (its queue was full) is
+			 * issued again from whichever context runs the queue next,
+			 * often a kworker: it keeps its first issue's submitter and
+			 * time (block_rq_requeue below). */
+			start = bpf_map_lookup_elem(&blk_start, &key);
+			if (start && start->requeued) {
+				ev.tgid = start->tgid;
+				ev.tid = start->tid;
+				ev.vm = start->vm;
+				start->requeued = 0;
+				goto emit;
+			}
 		}
 		struct mg_blk_issue is = {
 			.ts = ev.now, .tgid = ev.tgid, .tid = ev.tid, .vm = ev.vm,
@@ -1101,6 +1114,7 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 			ev.tgid = ev.tid = ev.vm = 0;
 		}
 	}
+emit:
 	ev.size = complete ? nr_bytes : BPF_CORE_READ(rq, __data_len);
 	ev.aid = mg_id(rq);
 	st = mg_admit(&ev);
@@ -1135,6 +1149,31 @@ SEC("raw_tp/block_rq_issue")
 int BPF_PROG(blk_issue_raw, struct request *rq)
 {
 	return mg_blk_event(rq, 0, 0, false);
+}
+
+/* A request given back to the block layer before completing (the driver's
+ * queue was full, or a flush sequence): marked, so that its next issue keeps
+ * the submitter found at its first. */
+static __always_inline int mg_blk_requeue(struct request *rq)
+{
+	__u64 key = mg_ptr_bits(rq);
+	struct mg_blk_issue *start = bpf_map_lookup_elem(&blk_start, &key);
+
+	if (start)
+		start->requeued = 1;
+	return 0;
+}
+
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(blk_requeue_btf, struct request *rq)
+{
+	return mg_blk_requeue(rq);
+}
+
+SEC("raw_tp/block_rq_requeue")
+int BPF_PROG(blk_requeue_raw, struct request *rq)
+{
+	return mg_blk_requeue(rq);
 }
 
 SEC("tp_btf/block_rq_complete")

@@ -10,9 +10,12 @@
 #include <linux/tcp.h>
 #include <linux/udp.h>
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "capture.h"
@@ -87,11 +90,12 @@ class ProgTestRun : public ::testing::Test {
  protected:
   void SetUp() override { open(64 * 1024); }
 
-  void open(size_t ring) {
+  void open(size_t ring, std::set<uint16_t> probes = {}) {
     cons_.reset();
     cap_.reset();
     capture_options o;
     o.ring_bytes = ring;
+    o.probes = std::move(probes);
     auto c = capture::open(o);
     if (!c && c.err().code == EPERM) GTEST_SKIP() << c.err().message;
     ASSERT_TRUE(c) << c.err().message;
@@ -104,7 +108,7 @@ class ProgTestRun : public ::testing::Test {
     ASSERT_TRUE(k) << k.err().message;
     cons_ = std::move(*k);
     prog_ = cap_->program_fd("l4_recv_cgskb");
-    ASSERT_GE(prog_, 0);
+    ASSERT_TRUE(!o.probes.empty() || prog_ >= 0);
   }
 
   // Runs the cgroup_skb l4.recv program @n times on @pkt; returns its verdict.
@@ -447,6 +451,112 @@ TEST_F(ProgTestRun, ConsumerDrainsLargePassesInOrderAcrossTheRingsEnd) {
     }
   }
   EXPECT_EQ(cons_->lost(), 0u);
+}
+
+// Block requests, through the raw_tp programs (BPF_PROG_TEST_RUN runs
+// raw_tp, not tp_btf ones) with a made-up request pointer: the programs
+// key their state by it and read nothing readable from it.  Each step runs
+// in a child process of its own, tagged as a VM of its own: the submitter
+// of a record is told by its VM.
+class BlockProgTestRun : public ProgTestRun {
+ protected:
+  void SetUp() override {
+    setenv("MAGNET_DENY_METHODS", "tp_btf", 1);
+    open(64 * 1024, {MAGNET_EV_BLK_ISSUE, MAGNET_EV_BLK_COMPLETE});
+    unsetenv("MAGNET_DENY_METHODS");
+    if (IsSkipped() || HasFatalFailure()) return;
+    issue_ = cap_->program_fd("blk_issue_raw");
+    requeue_ = cap_->program_fd("blk_requeue_raw");
+    complete_ = cap_->program_fd("blk_complete_raw");
+    ASSERT_GE(issue_, 0);
+    ASSERT_GE(requeue_, 0);
+    ASSERT_GE(complete_, 0);
+    cap_->arm(MAGNET_EV_BLK_ISSUE, MAGNET_MODE_STREAM);
+    cap_->arm(MAGNET_EV_BLK_COMPLETE, MAGNET_MODE_STREAM);
+  }
+
+  struct step {
+    int prog;
+    uint64_t args[3];
+  };
+
+  // Runs @steps in a new process tagged as VM @vm; returns its tgid.
+  pid_t run_as_vm(uint32_t vm, const std::vector<step>& steps) {
+    int go[2];
+    EXPECT_EQ(pipe(go), 0);
+    pid_t pid = fork();
+    if (pid == 0) {  // only system calls from here on
+      char c;
+      close(go[1]);
+      if (read(go[0], &c, 1) != 1) _exit(2);
+      for (const auto& s : steps) {
+        LIBBPF_OPTS(bpf_test_run_opts, o, .ctx_in = s.args, .ctx_size_in = sizeof s.args);
+        if (bpf_prog_test_run_opts(s.prog, &o) != 0) _exit(3);
+      }
+      _exit(0);
+    }
+    close(go[0]);
+    EXPECT_TRUE(cap_->tag_vm_tgid(static_cast<uint32_t>(pid), vm));
+    EXPECT_EQ(write(go[1], "g", 1), 1);
+    close(go[1]);
+    int st = 0;
+    EXPECT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
+    return pid;
+  }
+
+  // The block records of the processes in @tgids, in order.
+  std::vector<std::vector<uint8_t>> block_records(const std::set<pid_t>& tgids) {
+    std::vector<std::vector<uint8_t>> out;
+    for (auto& r : drain()) {
+      const auto& h = hdr_of(r.data());
+      if ((h.type == MAGNET_EV_BLK_ISSUE || h.type == MAGNET_EV_BLK_COMPLETE) &&
+          tgids.count(static_cast<pid_t>(h.tgid)))
+        out.push_back(r);
+    }
+    return out;
+  }
+
+  int issue_ = -1, requeue_ = -1, complete_ = -1;
+};
+
+// A request the driver gives back (its queue full) is issued again from
+// whichever context runs the queue next: it stays its submitter's, up to
+// its completion.  A request issued again without a requeue is a new
+// request at the same address: the issuing context's.
+TEST_F(BlockProgTestRun, ARequeuedRequestKeepsItsSubmitter) {
+  const uint64_t rq = 0x1000;  // a user address: never readable as a kernel one
+  pid_t a = run_as_vm(5, {{issue_, {rq}}});
+  pid_t b = run_as_vm(6, {{requeue_, {rq}}, {issue_, {rq}}, {complete_, {rq, 0, 4096}}});
+  auto recs = block_records({a, b});
+  ASSERT_EQ(recs.size(), 3u);
+  for (const auto& r : recs) {
+    EXPECT_EQ(hdr_of(r.data()).vm_id, 5u) << "type " << hdr_of(r.data()).type;
+    EXPECT_EQ(hdr_of(r.data()).tgid, static_cast<uint32_t>(a));
+  }
+  EXPECT_EQ(hdr_of(recs[2].data()).type, MAGNET_EV_BLK_COMPLETE);
+  const auto& done = *reinterpret_cast<const magnet_blk*>(recs[2].data() + sizeof(magnet_hdr));
+  EXPECT_EQ(done.nr_bytes, 4096u);
+  EXPECT_GT(done.latency_ns, 0u) << "from its first issue";
+
+  const uint64_t rq2 = 0x2000;
+  pid_t c = run_as_vm(7, {{issue_, {rq2}}, {complete_, {rq2, 0, 512}}});
+  pid_t d = run_as_vm(8, {{issue_, {rq2}}, {complete_, {rq2, 0, 512}}});
+  recs = block_records({c, d});
+  ASSERT_EQ(recs.size(), 4u);
+  EXPECT_EQ(hdr_of(recs[0].data()).vm_id, 7u);
+  EXPECT_EQ(hdr_of(recs[1].data()).vm_id, 7u);
+  EXPECT_EQ(hdr_of(recs[2].data()).vm_id, 8u) << "issued again after its completion: a new request";
+  EXPECT_EQ(hdr_of(recs[3].data()).vm_id, 8u);
+
+  // Requeued a second time: still the first submitter's.
+  const uint64_t rq3 = 0x3000;
+  pid_t e = run_as_vm(9, {{issue_, {rq3}}});
+  pid_t f = run_as_vm(10, {{requeue_, {rq3}}, {issue_, {rq3}}, {requeue_, {rq3}}, {issue_, {rq3}},
+                           {complete_, {rq3, 0, 512}}});
+  recs = block_records({e, f});
+  ASSERT_EQ(recs.size(), 4u);
+  for (const auto& r : recs) EXPECT_EQ(hdr_of(r.data()).vm_id, 9u);
 }
 
 }  // namespace
