@@ -64,6 +64,29 @@ TEST_F(DirectLab, ControlChannelReturnsOutputAndExitStatus) {
   EXPECT_EQ(r.out, "out-42\ng1\nerr\n") << r.Describe();
 }
 
+// A guest that stops answering (paused here) costs a run its own timeout
+// plus tools/lab's 10 s, and the run says so; once the guest goes on, the
+// channel serves the next run (the late answer to the first, which the
+// guest still gives, is told apart by its request id).
+TEST_F(DirectLab, ControlChannelGivesUpOnAGuestThatStopsAnswering) {
+  REQUIRE_LAB();
+  auto virsh = [](const char* verb) {
+    return RunProcess({"virsh", "-q", "-c", "qemu:///system", verb, "g1"}, 30);
+  };
+  auto p = virsh("suspend");
+  ASSERT_EQ(p.status, 0) << p.Describe();
+  auto r = lab()->Run("g1", "echo late", 3);
+  auto q = virsh("resume");
+  ASSERT_EQ(q.status, 0) << q.Describe();
+  EXPECT_EQ(r.status, 124) << r.Describe();
+  EXPECT_NE(r.err.find("no answer on control channel"), std::string::npos) << r.Describe();
+  EXPECT_FALSE(r.timed_out) << "tools/lab ended by itself: " << r.Describe();
+  EXPECT_LT(r.seconds, 3 + 10 + 10) << r.Describe();
+  auto n = lab()->Run("g1", "echo next", 30);
+  EXPECT_EQ(n.status, 0) << n.Describe();
+  EXPECT_EQ(n.out, "next\n") << n.Describe();
+}
+
 TEST_F(DirectLab, VirtioSerialMessageRoundTrip) {
   REQUIRE_LAB();
   // Guest side: wait (bounded) for one line on org.magnet.test.0 and answer "echo:<line>".

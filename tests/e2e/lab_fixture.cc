@@ -13,6 +13,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -199,7 +200,15 @@ ProcResult Lab::Up(int guests, int timeout_s) const {
 ProcResult Lab::Down() const { return Lab_({"down"}, 180); }
 
 ProcResult Lab::Run(const std::string& guest, const std::string& cmd, int timeout_s) const {
-  return Lab_({"run-timeout", guest, std::to_string(timeout_s), cmd}, timeout_s + 60);
+  auto r = Lab_({"run-timeout", guest, std::to_string(timeout_s), cmd}, timeout_s + 60);
+  // tools/lab bounds the command itself (timeout_s + 10 s): past the extra
+  // minute the client hung, which no caller expects; say where.
+  // So does a failure of the control channel itself ("[lab] ERROR"), which
+  // callers that only check the command's status would not show.
+  if (r.timed_out || r.err.find("[lab] ERROR") != std::string::npos)
+    std::fprintf(stderr, "[lab] 'tools/lab run-timeout %s %d'%s: %s\n", guest.c_str(), timeout_s,
+                 r.timed_out ? " was killed" : "", r.Describe().c_str());
+  return r;
 }
 
 std::string Lab::CollectLogs(const std::string& dest) const {

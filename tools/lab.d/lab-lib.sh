@@ -66,7 +66,10 @@ lab_ctl_exec_once() {
   [[ -S "$sock" ]] || { lab_err "control socket $sock does not exist"; return 125; }
   id="$$-$RANDOM$RANDOM"
   b64="$(printf '%s' "$cmd" | base64 -w0)"
-  coproc LAB_CTL { exec socat -t 2 - "UNIX-CONNECT:$sock" 2>/dev/null; }
+  # timeout: a second bound, independent of this loop's, so that whatever
+  # socat or the read below wait for, the exchange ends (CI once saw a run
+  # outlive its own deadline by 50 s, cause unknown).
+  coproc LAB_CTL { exec timeout -k 2 $((to + 12)) socat -t 2 - "UNIX-CONNECT:$sock" 2>/dev/null; }
   local cpid=$LAB_CTL_PID rfd=${LAB_CTL[0]} wfd=${LAB_CTL[1]}
   { printf 'RUN %s %s %s\n' "$id" "$to" "$b64" 1>&"$wfd"; } 2>/dev/null || true
   deadline=$(( $(lab_now) + to + 10 ))
