@@ -8,8 +8,10 @@
 #include <libvirt/libvirt.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <map>
+#include <string>
 #include <thread>
 
 #include <utility>  // before asio: Boost 1.74 forgets it for C++20
@@ -28,6 +30,17 @@ struct posting_tagger : vm_tagger {
   explicit posting_tagger(asio::io_context& i) : io(i) {}
   void vm_changed(const vm_info& vm) override {
     asio::post(io, [this, vm] {
+      auto it = vms.find(vm.vm_id);
+      if (it == vms.end()) {
+        ++appeared;
+      } else {
+        // A change of a running VM: told only when something differs.
+        if (it->second == vm) ++repeated;
+        changes += "vm " + std::to_string(vm.vm_id) + ": libvirt id " + std::to_string(it->second.libvirt_id) +
+                   " -> " + std::to_string(vm.libvirt_id) + ", qemu pid " + std::to_string(it->second.qemu_pid) +
+                   " -> " + std::to_string(vm.qemu_pid) + ", threads " + std::to_string(it->second.threads.size()) +
+                   " -> " + std::to_string(vm.threads.size()) + "\n";
+      }
       vms[vm.vm_id] = vm;
       ++changed;
     });
@@ -40,7 +53,8 @@ struct posting_tagger : vm_tagger {
   }
   asio::io_context& io;
   std::map<uint32_t, vm_info> vms;  // loop thread only
-  int changed = 0, gone = 0;
+  int changed = 0, gone = 0, appeared = 0, repeated = 0;
+  std::string changes;  // each change of a running VM
 };
 
 // Runs @io until @ok holds (bounded).
@@ -90,8 +104,15 @@ TEST(RegistryThread, FollowsDomainsStartingAndStoppingWhileAnotherThreadReads) {
   reg.stop();
   io.restart();
   io.poll();
+  // Each stop is one vm_gone, each start one new VM.  A running VM may
+  // also be reported changed (CI once saw one such change among 8 rounds,
+  // under ASan, never reproduced in 350 runs here), never with nothing
+  // changed.
   EXPECT_EQ(t.gone, kRounds);
-  EXPECT_EQ(t.changed, kRounds + 1);
+  EXPECT_EQ(t.appeared, kRounds + 1);
+  EXPECT_EQ(t.repeated, 0) << t.changes;
+  EXPECT_LE(t.changed, t.appeared + 2) << t.changes;
+  if (!t.changes.empty()) std::printf("changes of a running VM:\n%s", t.changes.c_str());
   EXPECT_GT(reads.load(), kRounds);
   EXPECT_TRUE(reg.connected());
   virDomainFree(d);
