@@ -25,6 +25,29 @@ namespace {
 
 namespace asio = boost::asio;
 
+// The names of the fields in which @a and @b differ, each with both values
+// where they are numbers.
+std::string differing_fields(const vm_info& a, const vm_info& b) {
+  std::string d;
+  auto num = [&](const char* name, long long x, long long y) {
+    if (x != y) d += std::string(" ") + name + " " + std::to_string(x) + " -> " + std::to_string(y);
+  };
+  auto other = [&](const char* name, bool same) {
+    if (!same) d += std::string(" ") + name;
+  };
+  num("libvirt_id", a.libvirt_id, b.libvirt_id);
+  num("qemu_pid", a.qemu_pid, b.qemu_pid);
+  num("vsock_cid", a.vsock_cid, b.vsock_cid);
+  other("uuid", a.uuid == b.uuid);
+  other("name", a.name == b.name);
+  other("threads", a.threads == b.threads);
+  other("taps", a.taps == b.taps);
+  other("view_channel", a.view_channel == b.view_channel);
+  other("allowances", a.allowance_tx_bps == b.allowance_tx_bps && a.allowance_rx_bps == b.allowance_rx_bps);
+  other("cgroups", a.cgroups == b.cgroups && a.cgroup_ids == b.cgroup_ids);
+  return d.empty() ? " nothing" : d;
+}
+
 // Like the daemon's tagger: the registry thread posts, the loop applies.
 struct posting_tagger : vm_tagger {
   explicit posting_tagger(asio::io_context& i) : io(i) {}
@@ -36,10 +59,7 @@ struct posting_tagger : vm_tagger {
       } else {
         // A change of a running VM: told only when something differs.
         if (it->second == vm) ++repeated;
-        changes += "vm " + std::to_string(vm.vm_id) + ": libvirt id " + std::to_string(it->second.libvirt_id) +
-                   " -> " + std::to_string(vm.libvirt_id) + ", qemu pid " + std::to_string(it->second.qemu_pid) +
-                   " -> " + std::to_string(vm.qemu_pid) + ", threads " + std::to_string(it->second.threads.size()) +
-                   " -> " + std::to_string(vm.threads.size()) + "\n";
+        changes += "vm " + std::to_string(vm.vm_id) + ":" + differing_fields(it->second, vm) + "\n";
       }
       vms[vm.vm_id] = vm;
       ++changed;
