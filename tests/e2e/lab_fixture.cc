@@ -446,6 +446,12 @@ double IperfReceivedBitsPerSecond(const std::string& json) {
   return j["end"]["sum_received"]["bits_per_second"].get<double>();  // 3.12: UDP receiver side
 }
 
+long IperfSentDatagrams(const std::string& json) {
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.contains("end") || !j["end"].contains("sum_received")) return -1;
+  return j["end"]["sum_received"].value("packets", -1L);
+}
+
 double InterquartileMean(std::vector<double> v) {
   if (v.empty()) return -1;
   std::sort(v.begin(), v.end());

@@ -140,6 +140,9 @@ std::map<std::string, long> ConnectionEvents(const std::string& reply, const std
                                              int vm);
 // iperf3 -s -J: what the server received over the whole UDP test; -1 if absent.
 double IperfReceivedBitsPerSecond(const std::string& json);
+// iperf3 -s -J, UDP: the datagrams the client sent up to the last one the
+// server received (received + lost, by sequence number); -1 if absent.
+long IperfSentDatagrams(const std::string& json);
 // The interquartile mean (the mean of the middle half, the lowest and
 // highest quarter left out) of @v, or -1 when empty: a rate's central value
 // over bursty per-second samples, steadier than their median and not moved

@@ -617,8 +617,8 @@ bool Subscribed(const daemon_run& d, const std::vector<std::string>& names) {
 // them, at g2's tap: each one an event of g2's, and a drop when its queue
 // is full) beyond its per-VM quota: what it loses is counted as its own
 // loss (top's LOST, its lost.events), while g1, well under the quota,
-// loses nothing, its per-flow view still matches iperf3 within 5 %, and
-// its agent's frames keep their pace.  (A TCG guest cannot send fast
+// loses nothing, its per-flow view still has what iperf3 sent within 1 %,
+// and its agent's frames keep their pace.  (A TCG guest cannot send fast
 // enough itself to go far over a quota that its idle neighbour stays under.)
 TEST_F(HardeningDirect, OneVmsFloodIsItsOwnLossAndTheOtherVmKeepsItsRateAndAccuracy) {
   daemon_run d(magnet(), "flood", "--vm-quota 20000");
@@ -652,32 +652,49 @@ TEST_F(HardeningDirect, OneVmsFloodIsItsOwnLossAndTheOtherVmKeepsItsRateAndAccur
   double iperf_bps = -1;
   WaitFor([&] { return (iperf_bps = IperfReceivedBitsPerSecond(ReadFileText(j1))) > 0; }, 10);
   ASSERT_GT(iperf_bps, 1e6) << ReadFileText(j1).substr(0, 2000);
+  const long sent = IperfSentDatagrams(ReadFileText(j1));
+  ASSERT_GT(sent, 0) << ReadFileText(j1).substr(0, 2000);
   auto views = d.SettledViews("g1");
-  double flow = -1;
+  nlohmann::json flow_row;
   for (const auto& [l, row] : FlowRows(views, "guest-tx"))
-    if (l.starts_with("10.77.0.11:") && l.ends_with(" > 10.77.0.1:5621 udp"))
-      flow = row.at("bandwidth_bps").get<double>();
-  ASSERT_GT(flow, 0) << views.dump().substr(0, 3000);
-  const double view_bps = flow * 8 * 1400.0 / 1428.0;
+    if (l.starts_with("10.77.0.11:") && l.ends_with(" > 10.77.0.1:5621 udp")) flow_row = row;
+  ASSERT_FALSE(flow_row.is_null()) << views.dump().substr(0, 3000);
+  const double view_bps = flow_row.at("bandwidth_bps").get<double>() * 8 * 1400.0 / 1428.0;
+  // The flow's bytes at the tap: each datagram 1428 (28 of IP and UDP
+  // headers), plus iperf3's one 4-byte connect datagram before the test.
+  const double view_bytes = flow_row.at("bytes").get<double>();
+  const double sent_bytes = static_cast<double>(sent) * 1428 + 32;
 
   const auto r1 = d.TopRow("g1"), r2 = d.TopRow("g2");
   ASSERT_FALSE(r1.is_null() || r2.is_null()) << d.Top().Describe();
   const uint64_t lost2 = r2.value("lost_quota", 0ull) - top0.value("lost_quota", 0ull);
   const double tx2 = r2.value("tx_mbps", 0.0);
   std::printf("[e2e] flood: g2 lost %llu events over its quota (20000/s per CPU) in %.1f s; g1 lost %llu "
-              "(quota) + %llu (ring); g1 view %.3f Mbit/s vs iperf3 %.3f; g1 frames %llu, g2 frames %llu\n",
+              "(quota) + %llu (ring); g1 flow %.0f bytes at the tap vs %.0f sent by iperf3 (%ld datagrams); "
+              "g1 view %.3f Mbit/s vs iperf3 %.3f; g1 frames %llu, g2 frames %llu\n",
               static_cast<unsigned long long>(lost2), secs,
               static_cast<unsigned long long>(r1.value("lost_quota", 0ull)),
-              static_cast<unsigned long long>(r1.value("lost_ring", 0ull)), view_bps / 1e6, iperf_bps / 1e6,
+              static_cast<unsigned long long>(r1.value("lost_ring", 0ull)), view_bytes, sent_bytes, sent,
+              view_bps / 1e6, iperf_bps / 1e6,
               static_cast<unsigned long long>(frames1.count("g1") ? frames1.at("g1") - frames0.at("g1") : 0),
               static_cast<unsigned long long>(frames1.count("g2") ? frames1.at("g2") - frames0.at("g2") : 0));
   RecordProperty("g2_quota_lost", std::to_string(lost2));
   RecordProperty("g1_view_over_iperf3", std::to_string(view_bps / iperf_bps));
+  RecordProperty("g1_view_bytes_over_sent", std::to_string(view_bytes / sent_bytes));
   EXPECT_GT(lost2, 0u) << "the flood went over g2's quota: " << r2.dump() << " (tx " << tx2 << " Mbit/s)";
   EXPECT_EQ(r1.value("lost_quota", 1ull), 0u) << r1.dump();
   EXPECT_EQ(r1.value("lost_ring", 1ull), 0u) << r1.dump();
-  EXPECT_NEAR(view_bps / iperf_bps, 1.0, 0.05)
-      << "g1's view " << view_bps / 1e6 << " Mbit/s vs iperf3 " << iperf_bps / 1e6;
+  // g1's view has every byte g1 sent.  Bytes, not rates: the two rates
+  // divide by different spans (the view: its first to its last datagram;
+  // iperf3: the server's seconds of the test, which messages on the control
+  // connection start and end), and these part when the flood starves the
+  // g1 guest of CPU.  On one CI machine g1 reached only 1.1 of the 2 Mbit/s
+  // asked, and the view's rate was 10 % over iperf3's.  The VM-awareness
+  // tests compare rates with no flood.  Datagrams lost at the tail are in
+  // neither count; 1 % leaves room for a few of them.
+  EXPECT_NEAR(view_bytes / sent_bytes, 1.0, 0.01)
+      << "g1's flow has " << view_bytes << " bytes at the tap, iperf3 sent " << sent << " datagrams ("
+      << sent_bytes << " bytes at the tap); view " << view_bps / 1e6 << " Mbit/s vs iperf3 " << iperf_bps / 1e6;
   // g1's own stats say it lost nothing; g2's say what it lost.
   auto lost_stat = [&](const std::string& vm) {
     auto j = nlohmann::json::parse(d.Query("stats", vm).out, nullptr, false);
