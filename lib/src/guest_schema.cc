@@ -1,0 +1,349 @@
+#include "magnet/guest_schema.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "magnet/events.h"
+
+namespace magnet::view {
+
+// ------------------------------------------------------------- SipHash ---
+
+namespace {
+
+constexpr uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+uint64_t load_le64(const uint8_t* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+struct sip_state {
+  uint64_t v0, v1, v2, v3;
+
+  void rounds(int n) {
+    while (n--) {
+      v0 += v1;
+      v1 = rotl(v1, 13) ^ v0;
+      v0 = rotl(v0, 32);
+      v2 += v3;
+      v3 = rotl(v3, 16) ^ v2;
+      v0 += v3;
+      v3 = rotl(v3, 21) ^ v0;
+      v2 += v1;
+      v1 = rotl(v1, 17) ^ v2;
+      v2 = rotl(v2, 32);
+    }
+  }
+  void absorb(uint64_t m) {
+    v3 ^= m;
+    rounds(2);
+    v0 ^= m;
+  }
+};
+
+}  // namespace
+
+uint64_t siphash24(const siphash_key& k, const void* data, size_t n) {
+  // The constants spell "somepseudorandomlygeneratedbytes".
+  sip_state s{k.k0 ^ 0x736f6d6570736575ull, k.k1 ^ 0x646f72616e646f6dull,
+              k.k0 ^ 0x6c7967656e657261ull, k.k1 ^ 0x7465646279746573ull};
+  const auto* p = static_cast<const uint8_t*>(data);
+  const size_t whole = n - n % 8;
+  for (size_t i = 0; i < whole; i += 8) s.absorb(load_le64(p + i, 8));
+  // The last word: the remaining bytes, and the length's low byte on top.
+  s.absorb(load_le64(p + whole, n % 8) | (static_cast<uint64_t>(n & 0xff) << 56));
+  s.v2 ^= 0xff;
+  s.rounds(4);
+  return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+}
+
+result<siphash_key> random_siphash_key() {
+  uint8_t b[16];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return error::from_errno("getrandom");
+    got += static_cast<size_t>(n);
+  }
+  return siphash_key{load_le64(b, 8), load_le64(b + 8, 8)};
+}
+
+// ------------------------------------------------------------ the table ---
+
+namespace {
+
+#define F(s, f) \
+  guest_span { static_cast<uint16_t>(offsetof(s, f)), static_cast<uint16_t>(sizeof(s::f)) }
+
+constexpr guest_span kHeader[] = {F(magnet_hdr, ts_ns), F(magnet_hdr, size), F(magnet_hdr, type),
+                                  F(magnet_hdr, flags)};
+
+constexpr guest_span kLost[] = {F(magnet_lost, count), F(magnet_lost, first_ts_ns),
+                                F(magnet_lost, last_ts_ns), F(magnet_lost, probe_type),
+                                F(magnet_lost, reason)};
+
+// The VM's tap: the guest's own packets.  ifindex is the host's.
+constexpr guest_span kPkt[] = {
+    F(magnet_pkt, skb_len),  F(magnet_pkt, tcp_seq),  F(magnet_pkt, l3proto),
+    F(magnet_pkt, ip_id),    F(magnet_pkt, frag_off), F(magnet_pkt, tot_len),
+    F(magnet_pkt, sport),    F(magnet_pkt, dport),    F(magnet_pkt, ip_version),
+    F(magnet_pkt, protocol), F(magnet_pkt, tos),      F(magnet_pkt, ttl),
+    F(magnet_pkt, tcp_flags), F(magnet_pkt, saddr),   F(magnet_pkt, daddr)};
+
+// location is a kernel text address (it would undo KASLR).
+constexpr guest_span kDrop[] = {F(magnet_net_drop, reason), F(magnet_net_drop, protocol)};
+
+// A vCPU's side keeps QEMU's name of its thread ("CPU 0/KVM") and its
+// priority; the other side (any host task) nothing.  The tids are host tids.
+constexpr guest_span kSwitchPrev[] = {F(magnet_sched_switch, prev_state),
+                                      F(magnet_sched_switch, prev_prio),
+                                      F(magnet_sched_switch, prev_comm)};
+constexpr guest_span kSwitchNext[] = {F(magnet_sched_switch, next_prio),
+                                      F(magnet_sched_switch, next_comm)};
+constexpr guest_side kSwitchSides[] = {
+    {static_cast<uint16_t>(offsetof(magnet_sched_switch, prev_tid)), kSwitchPrev},
+    {static_cast<uint16_t>(offsetof(magnet_sched_switch, next_tid)), kSwitchNext}};
+// target_cpu is a host CPU.
+constexpr guest_span kWakeup[] = {F(magnet_sched_wakeup, prio), F(magnet_sched_wakeup, comm)};
+constexpr guest_side kWakeupSides[] = {
+    {static_cast<uint16_t>(offsetof(magnet_sched_wakeup, tid)), kWakeup}};
+
+// dev and sector locate the host's disks.
+constexpr guest_span kBlk[] = {F(magnet_blk, nr_bytes), F(magnet_blk, latency_ns),
+                               F(magnet_blk, rwbs), F(magnet_blk, error)};
+
+// The VM's own vCPUs: all but the reserved fields.
+constexpr guest_span kKvmExit[] = {F(magnet_kvm_exit, vcpu_id),   F(magnet_kvm_exit, exit_reason),
+                                   F(magnet_kvm_exit, isa),       F(magnet_kvm_exit, guest_rip),
+                                   F(magnet_kvm_exit, info1),     F(magnet_kvm_exit, info2)};
+constexpr guest_span kKvmEntry[] = {F(magnet_kvm_entry, vcpu_id),     F(magnet_kvm_entry, guest_rip),
+                                    F(magnet_kvm_entry, exit_ns),     F(magnet_kvm_entry, exit_reason),
+                                    F(magnet_kvm_entry, isa),         F(magnet_kvm_entry, flags)};
+constexpr guest_span kKvmUser[] = {F(magnet_kvm_userspace_exit, vcpu_id),
+                                   F(magnet_kvm_userspace_exit, reason),
+                                   F(magnet_kvm_userspace_exit, error)};
+constexpr guest_span kKvmWakeup[] = {F(magnet_kvm_wakeup, halt_ns), F(magnet_kvm_wakeup, vcpu_id),
+                                     F(magnet_kvm_wakeup, waited), F(magnet_kvm_wakeup, valid)};
+constexpr guest_span kKvmPoll[] = {F(magnet_kvm_halt_poll, vcpu_id), F(magnet_kvm_halt_poll, new_ns),
+                                   F(magnet_kvm_halt_poll, old_ns), F(magnet_kvm_halt_poll, grow)};
+
+// The ifindexes are the host's devices.
+constexpr guest_span kQueue[] = {F(magnet_vmnet_queue, delay_ns), F(magnet_vmnet_queue, ip_id)};
+constexpr guest_span kVhost[] = {F(magnet_vmnet_vhost, duration_ns)};
+
+#undef F
+
+// Sides per row that to_guest() can follow.
+constexpr size_t kMaxSides = 2;
+
+constexpr const char* kHostStack =
+    "a record of the host's network stack (the VMM's own sockets), not of the VM";
+
+template <class P>
+constexpr guest_row row(uint16_t type, uint16_t kind, guest_id id, std::span<const guest_span> keep,
+                        std::span<const guest_side> sides = {}) {
+  return {type, kind, nullptr, static_cast<uint16_t>(sizeof(P)), id, keep, sides};
+}
+
+template <class P>
+constexpr guest_row refused(uint16_t type, uint16_t kind, const char* why) {
+  return {type, kind, why, static_cast<uint16_t>(sizeof(P)), guest_id::zero, {}, {}};
+}
+
+using gi = guest_id;
+
+// One row per event type of MAGNET_EVENTS (checked below).
+constexpr guest_row kRows[] = {
+    refused<magnet_sysinfo>(MAGNET_EV_SYSINFO, MAGNET_PL_SYSINFO,
+                            "the host's description (hostname, kernel, boot id)"),
+    row<magnet_lost>(MAGNET_EV_LOST, MAGNET_PL_LOST, gi::zero, kLost),
+    refused<magnet_event_desc>(MAGNET_EV_EVENT_DESC, MAGNET_PL_EVENT_DESC,
+                               "a trace's self-description, not a record of the VM"),
+    refused<magnet_sock>(MAGNET_EV_NET_SOCK_SEND, MAGNET_PL_SOCK, kHostStack),
+    refused<magnet_sock>(MAGNET_EV_NET_SOCK_RECV, MAGNET_PL_SOCK, kHostStack),
+    refused<magnet_pkt>(MAGNET_EV_NET_L4_SEND, MAGNET_PL_PKT, kHostStack),
+    refused<magnet_pkt>(MAGNET_EV_NET_L4_RECV, MAGNET_PL_PKT, kHostStack),
+    refused<magnet_pkt>(MAGNET_EV_NET_IP_SEND, MAGNET_PL_PKT, kHostStack),
+    refused<magnet_pkt>(MAGNET_EV_NET_IP_RECV, MAGNET_PL_PKT, kHostStack),
+    row<magnet_pkt>(MAGNET_EV_NET_DEV_XMIT, MAGNET_PL_PKT, gi::flow, kPkt),
+    row<magnet_pkt>(MAGNET_EV_NET_DEV_RECV, MAGNET_PL_PKT, gi::flow, kPkt),
+    refused<magnet_tcp_state>(MAGNET_EV_NET_TCP_STATE, MAGNET_PL_TCP_STATE, kHostStack),
+    row<magnet_net_drop>(MAGNET_EV_NET_DROP, MAGNET_PL_NET_DROP, gi::rekey, kDrop),
+    row<magnet_sched_switch>(MAGNET_EV_SCHED_SWITCH, MAGNET_PL_SCHED_SWITCH, gi::zero, {},
+                             kSwitchSides),
+    row<magnet_sched_wakeup>(MAGNET_EV_SCHED_WAKEUP, MAGNET_PL_SCHED_WAKEUP, gi::zero, {},
+                             kWakeupSides),
+    refused<magnet_proc_fork>(MAGNET_EV_PROC_FORK, MAGNET_PL_PROC_FORK,
+                              "host processes (names and tids of the VMM's tasks)"),
+    refused<magnet_proc_exit>(MAGNET_EV_PROC_EXIT, MAGNET_PL_PROC_EXIT,
+                              "host processes (names and exit codes of the VMM's tasks)"),
+    row<magnet_blk>(MAGNET_EV_BLK_ISSUE, MAGNET_PL_BLK, gi::rekey, kBlk),
+    row<magnet_blk>(MAGNET_EV_BLK_COMPLETE, MAGNET_PL_BLK, gi::rekey, kBlk),
+    // abstract_id: the host QEMU's tgid << 32 | vCPU.
+    row<magnet_kvm_exit>(MAGNET_EV_KVM_EXIT, MAGNET_PL_KVM_EXIT, gi::rekey, kKvmExit),
+    row<magnet_kvm_entry>(MAGNET_EV_KVM_ENTRY, MAGNET_PL_KVM_ENTRY, gi::rekey, kKvmEntry),
+    row<magnet_kvm_userspace_exit>(MAGNET_EV_KVM_USERSPACE_EXIT, MAGNET_PL_KVM_USERSPACE_EXIT,
+                                   gi::rekey, kKvmUser),
+    row<magnet_kvm_wakeup>(MAGNET_EV_KVM_WAKEUP, MAGNET_PL_KVM_WAKEUP, gi::rekey, kKvmWakeup),
+    row<magnet_kvm_halt_poll>(MAGNET_EV_KVM_HALT_POLL, MAGNET_PL_KVM_HALT_POLL, gi::rekey, kKvmPoll),
+    row<magnet_vmnet_queue>(MAGNET_EV_VMNET_QUEUE_TX, MAGNET_PL_VMNET_QUEUE, gi::flow, kQueue),
+    row<magnet_vmnet_queue>(MAGNET_EV_VMNET_QUEUE_RX, MAGNET_PL_VMNET_QUEUE, gi::flow, kQueue),
+    // abstract_id: the host tid of the VM's vhost worker.
+    row<magnet_vmnet_vhost>(MAGNET_EV_VMNET_VHOST_TX, MAGNET_PL_VMNET_VHOST, gi::rekey, kVhost),
+    row<magnet_vmnet_vhost>(MAGNET_EV_VMNET_VHOST_RX, MAGNET_PL_VMNET_VHOST, gi::rekey, kVhost),
+};
+
+constexpr const guest_row* find_row(uint16_t type) {
+  const guest_row* found = nullptr;
+  for (const auto& r : kRows)
+    if (r.type == type) {
+      if (found) return nullptr;  // two rows for one type: as bad as none
+      found = &r;
+    }
+  return found;
+}
+
+constexpr bool in_catalogue(uint16_t type) {
+#define MAGNET_X_IS(sym, id, name, pl) type == (id) ||
+  return MAGNET_EVENTS(MAGNET_X_IS) false;
+#undef MAGNET_X_IS
+}
+
+constexpr bool spans_fit(std::span<const guest_span> keep, size_t size) {
+  for (const auto& s : keep)
+    if (s.size == 0 || s.off + s.size > size) return false;
+  return true;
+}
+
+// Spans inside the payload, tids inside it and never kept, refused types
+// keep nothing, the known payload keeps records aligned.
+constexpr bool row_sane(const guest_row& r) {
+  if (!in_catalogue(r.type) || r.payload % MAGNET_RECORD_ALIGN) return false;
+  if (r.refused) return r.keep.empty() && r.sides.empty();
+  if (!spans_fit(r.keep, r.payload) || r.sides.size() > kMaxSides) return false;
+  for (const auto& side : r.sides) {
+    if (side.tid_off + 4u > r.payload || !spans_fit(side.keep, r.payload)) return false;
+    for (const auto& other : r.sides)
+      for (const auto& s : other.keep)
+        if (s.off < side.tid_off + 4u && side.tid_off < s.off + s.size) return false;
+    for (const auto& s : r.keep)
+      if (s.off < side.tid_off + 4u && side.tid_off < s.off + s.size) return false;
+  }
+  return true;
+}
+
+constexpr bool rows_sane() {
+  for (const auto& r : kRows)
+    if (!row_sane(r)) return false;
+  return true;
+}
+static_assert(rows_sane(), "a guest schema row is out of its payload, keeps a host tid, or names "
+                           "no type of MAGNET_EVENTS");
+static_assert(spans_fit(kHeader, sizeof(magnet_hdr)));
+
+// A type added to MAGNET_EVENTS without a row here does not build: decide
+// what a guest may see of it first (docs/guest.md, "What a guest may see").
+#define MAGNET_X_ROW(sym, id, name, pl)                                                     \
+  static_assert(find_row(id) != nullptr,                                                    \
+                "event type " name " has no (or two) rows in the guest schema");            \
+  static_assert(!find_row(id) || find_row(id)->payload_kind == (pl),                        \
+                "the guest schema row of " name " is for another payload kind");
+MAGNET_EVENTS(MAGNET_X_ROW)
+#undef MAGNET_X_ROW
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void copy_spans(uint8_t* to, const uint8_t* from, std::span<const guest_span> keep) {
+  for (const auto& s : keep) std::memcpy(to + s.off, from + s.off, s.size);
+}
+
+}  // namespace
+
+std::span<const guest_span> guest_header_keep() { return kHeader; }
+
+std::span<const guest_row> guest_schema() { return kRows; }
+
+const guest_row* guest_row_of(uint16_t type) { return find_row(type); }
+
+bool guest_safe_type(uint16_t type) {
+  const guest_row* r = find_row(type);
+  return r && !r->refused;
+}
+
+std::string not_guest_safe(std::span<const uint16_t> types) {
+  // The error text is bounded (MAGNET_VIEW_MAX_ERROR_TEXT): name what fits,
+  // count the rest.
+  constexpr size_t kRoom = 190;
+  std::vector<uint16_t> bad;
+  for (uint16_t t : types)
+    if (!guest_safe_type(t) && std::find(bad.begin(), bad.end(), t) == bad.end()) bad.push_back(t);
+  if (bad.empty()) return {};
+  std::string names;
+  size_t named = 0;
+  for (uint16_t t : bad) {
+    std::string n = event_name(t) + (find_event(t) ? "" : " (unknown)");
+    if (named && names.size() + n.size() > kRoom) break;
+    names += (named++ ? ", " : "") + n;
+  }
+  if (named < bad.size()) names += " and " + std::to_string(bad.size() - named) + " more";
+  return bad.size() == 1 ? "event type " + names + " is not guest-safe"
+                         : names + " are not guest-safe";
+}
+
+// ------------------------------------------------------- the guest path ---
+
+bool to_guest(const uint8_t* rec, size_t len, const guest_context& ctx, std::vector<uint8_t>& out) {
+  constexpr size_t kHdr = sizeof(magnet_hdr);
+  if (len < kHdr) return false;
+  magnet_hdr h;
+  std::memcpy(&h, rec, kHdr);
+  const guest_row* r = find_row(h.type);
+  if (!r || r->refused) return false;
+  // The record's own length bounds it when the caller passed more.
+  if (std::min<size_t>(len, h.len) < kHdr + r->payload) return false;
+  const uint8_t* pl = rec + kHdr;
+  bool own[kMaxSides] = {};
+  if (!r->sides.empty()) {
+    bool any = false;
+    for (size_t i = 0; i < r->sides.size(); ++i) {
+      const uint32_t tid = load_u32(pl + r->sides[i].tid_off);
+      own[i] = tid && ctx.vcpu_tids && ctx.vcpu_tids->count(tid);
+      any |= own[i];
+    }
+    if (!any) return false;
+  }
+  const size_t payload =
+      (r->payload + MAGNET_RECORD_ALIGN - 1) / MAGNET_RECORD_ALIGN * MAGNET_RECORD_ALIGN;
+  const size_t at = out.size();
+  out.resize(at + kHdr + payload);  // zeroes: what is not copied below stays zero
+  uint8_t* o = out.data() + at;
+  copy_spans(o, rec, kHeader);
+  const uint16_t olen = static_cast<uint16_t>(kHdr + payload);
+  std::memcpy(o + offsetof(magnet_hdr, len), &olen, sizeof olen);
+  uint64_t id = 0;
+  if (r->id == guest_id::flow) {
+    id = h.abstract_id;
+  } else if (r->id == guest_id::rekey && h.abstract_id) {
+    uint8_t b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(h.abstract_id >> (8 * i));
+    id = siphash24(ctx.key, b, sizeof b);
+    id = id ? id : 1;  // 0 is "no identity"
+  }
+  std::memcpy(o + offsetof(magnet_hdr, abstract_id), &id, sizeof id);
+  copy_spans(o + kHdr, pl, r->keep);
+  for (size_t i = 0; i < r->sides.size(); ++i)
+    if (own[i]) copy_spans(o + kHdr, pl, r->sides[i].keep);
+  return true;
+}
+
+}  // namespace magnet::view
