@@ -9,6 +9,12 @@
 // deadlines and a message rate.  A resynchronising connection (a
 // virtio-serial channel, which outlives its users) answers bad bytes with
 // an error and looks for the next frame instead of closing.
+//
+// A session whose peer is a guest (the host daemon's) hands it event records
+// only through the guest schema (magnet/guest_schema.h): refused types never,
+// the others cleaned field by field, with ids re-keyed under a key of the
+// session's own.  The guest agent's sessions for local applications relay
+// records that were cleaned so already.
 #pragma once
 
 #include <chrono>
@@ -25,6 +31,7 @@
 
 #include <boost/asio.hpp>
 
+#include "magnet/guest_schema.h"
 #include "magnet/view_codec.h"
 
 namespace magnet::view {
@@ -89,6 +96,12 @@ class session_owner {
   // Subscriptions per second of the subject (all its connections).
   virtual bool allow_subscribe(uint32_t subject) = 0;
   virtual void log(int level, const std::string& id, uint32_t subject, const std::string& text) = 0;
+  // The host tids of the subject's vCPU threads: a guest peer's sched.*
+  // records are its own vCPUs' only (null: none known, so none is sent).
+  virtual const std::set<uint32_t>* vcpu_tids(uint32_t subject) const {
+    (void)subject;
+    return nullptr;
+  }
   // The session closed; called once, from its handler (defer the erase).
   virtual void forget(const server_session* s) = 0;
 };
@@ -116,9 +129,12 @@ class server_session : public std::enable_shared_from_this<server_session> {
     std::string kind_name;
     uint32_t peer = 0;
     bool resyncable = false;
+    // The peer is a guest: event types and fields per the guest schema.
+    bool guest_peer = false;
   };
   server_session(std::shared_ptr<session_owner> owner, socket s, params p);
 
+  // Draws the session's key (guest peers), then reads.
   void start();
   void close(const std::string& why, bool warn);
   // Tells the peer why (an ERROR frame), then closes.
@@ -179,6 +195,7 @@ class server_session : public std::enable_shared_from_this<server_session> {
   uint32_t batch_n_ = 0;
   uint64_t lost_since_batch_ = 0;
   uint64_t frames_ = 0, bytes_ = 0, stats_replaced_ = 0, events_lost_ = 0;
+  guest_context guest_;  // guest peers: the key of this session's ids
 };
 
 uint64_t monotonic_now_ns();

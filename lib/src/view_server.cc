@@ -70,7 +70,15 @@ server_session::server_session(std::shared_ptr<session_owner> owner, socket s, p
       event_budget_(owner_->limits().max_events_per_s, owner_->limits().max_events_per_s),
       opened_(steady::now()) {}
 
-void server_session::start() { read(); }
+void server_session::start() {
+  if (p_.guest_peer) {
+    // Per session: ids a guest saw in one session tell nothing of another's.
+    auto k = random_siphash_key();
+    if (!k) return fail(MAGNET_VERR_REFUSED, "no key for this session: " + k.err().message);
+    guest_.key = *k;
+  }
+  read();
+}
 
 void server_session::close(const std::string& why, bool warn) {
   if (closed_) return;
@@ -154,18 +162,25 @@ void server_session::add_event(const uint8_t* rec, size_t len) {
   if (!subscribed_ || !(sub_.flags & MAGNET_VSUB_EVENTS) || closing_ || closed_) return;
   const auto& h = hdr_of(rec);
   if (!ev_types_.empty() && !ev_types_.count(h.type)) return;
+  // A guest's copy is never longer than the record: room for @len is room.
+  if (batch_.size() + len > MAGNET_VIEW_MAX_BODY - sizeof(magnet_view_events)) flush_events();
+  const size_t at = batch_.size();
+  if (p_.guest_peer) {
+    guest_.vcpu_tids = owner_->vcpu_tids(p_.subject);
+    if (!to_guest(rec, len, guest_, batch_)) return;  // not for a guest: not counted either
+  } else {
+    batch_.insert(batch_.end(), rec, rec + len);
+    // The sender's own process ids and CPUs stay with it.
+    auto* hh = reinterpret_cast<magnet_hdr*>(batch_.data() + at);
+    hh->tgid = hh->tid = 0;
+    hh->cpu = 0;
+  }
   if (!event_budget_.take()) {
+    batch_.resize(at);
     ++events_lost_;
     ++lost_since_batch_;
     return;
   }
-  if (batch_.size() + len > MAGNET_VIEW_MAX_BODY - sizeof(magnet_view_events)) flush_events();
-  const size_t at = batch_.size();
-  batch_.insert(batch_.end(), rec, rec + len);
-  // The sender's own process ids and CPUs stay with it.
-  auto* hh = reinterpret_cast<magnet_hdr*>(batch_.data() + at);
-  hh->tgid = hh->tid = 0;
-  hh->cpu = 0;
   ++batch_n_;
 }
 
@@ -283,6 +298,10 @@ void server_session::handle(frame& f) {
   if (auto* s = std::get_if<subscribe>(&f.m)) {
     const published* pub = owner_->values(p_.subject);
     if (!pub) return fail(MAGNET_VERR_REFUSED, "the subject of this connection is gone");
+    // Refused before it counts: the subscription in force stays.
+    if (p_.guest_peer && (s->flags & MAGNET_VSUB_EVENTS))
+      if (auto why = not_guest_safe(s->events); !why.empty())
+        return reject(MAGNET_VERR_BAD_SUBSCRIBE, why);
     if (!owner_->allow_subscribe(p_.subject))
       return reject(MAGNET_VERR_RATE, "too many subscriptions per second");
     sub_ = std::move(*s);
