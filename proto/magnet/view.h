@@ -72,7 +72,8 @@ enum magnet_view_type {
 	MAGNET_VMSG_PULL = 0x03,      /* client: send one stats frame now */
 	MAGNET_VMSG_WELCOME = 0x21,   /* server: chosen version, session id, limits */
 	MAGNET_VMSG_STATS = 0x22,     /* server: the client's own stat values */
-	MAGNET_VMSG_EVENTS = 0x23,    /* server: the client's own event records */
+	MAGNET_VMSG_EVENTS = 0x23,    /* server: the client's own event records, cleaned
+				       * for a guest (magnet_view_events) */
 	MAGNET_VMSG_ERROR = 0x40,     /* either: code and message */
 	MAGNET_VMSG_PING = 0x41,      /* either: liveness, clock offset */
 	MAGNET_VMSG_PONG = 0x42,      /* either: answer to a ping */
@@ -136,7 +137,8 @@ struct magnet_view_subscribe {
 	__u8 mode;         /* enum magnet_view_mode */
 	__u8 flags;        /* enum magnet_view_sub_flags */
 	__u16 n_ids;       /* stat ids that follow (__u16 each); 0 = every stat */
-	__u16 n_events;    /* then event types (__u16 each); 0 with EVENTS = every type */
+	__u16 n_events;    /* then event types (__u16 each); 0 with EVENTS = every type
+			    * a guest may see; a type it may not see: BAD_SUBSCRIBE */
 	__u16 reserved;
 };
 
@@ -168,8 +170,12 @@ struct magnet_view_stat {
 };
 
 /* EVENTS: the VM's own records in the event ABI's format (proto/magnet/
- * event.h: magnet_hdr + payload, hdr.len each, back to back).  Host-side
- * process ids and CPUs are zeroed. */
+ * event.h: magnet_hdr + payload, hdr.len each, back to back), as the guest
+ * schema (lib/magnet/guest_schema.h, docs/guest.md "What a guest may see")
+ * lets a guest see them: only guest-safe types, only the fields it keeps
+ * (host tids, task names of other tasks, CPUs, devices, kernel addresses
+ * and hdr.vm_id are zero), payloads cut to the known fields, abstract ids
+ * re-keyed per session where they came from kernel pointers or host ids. */
 struct magnet_view_events {
 	__u32 n;
 	__u32 lost;  /* records for this connection dropped since the last batch */
@@ -181,7 +187,8 @@ enum magnet_view_error {
 	MAGNET_VERR_VERSION = 2,        /* no common protocol version */
 	MAGNET_VERR_UNKNOWN_TYPE = 3,   /* message type this peer does not know */
 	MAGNET_VERR_NOT_NOW = 4,        /* a message out of order (e.g. before hello) */
-	MAGNET_VERR_BAD_SUBSCRIBE = 5,  /* period, mode or ids out of range */
+	MAGNET_VERR_BAD_SUBSCRIBE = 5,  /* period, mode or ids out of range, or event
+					 * types a guest may not see */
 	MAGNET_VERR_RATE = 6,           /* too many messages or subscriptions */
 	MAGNET_VERR_REFUSED = 7,        /* identity unknown or connection cap */
 	MAGNET_VERR_TIMEOUT = 8,        /* a deadline passed */
