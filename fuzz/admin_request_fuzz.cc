@@ -1,5 +1,5 @@
 // libFuzzer target: request lines of the daemon's query socket
-// (host/src/admin_request.h; the socket hands the daemon one line of at
+// (host/admin/include/magnet/admin/request.h; the socket hands the daemon one line of at
 // most 4096 bytes, without its newline).  Oracles besides the sanitizers:
 // the canonical line parses back to the same request; words hold no white
 // space; a mark value is finite and only there; the error texts build.
@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "admin_request.h"
+#include "magnet/admin/request.h"
 
 using namespace magnet::host;
 

@@ -33,14 +33,13 @@
 #include <vector>
 
 #include "../summary.h"
-#include "capture.h"
-#include "consumer.h"
+#include "magnet/capture/capture.h"
+#include "magnet/capture/consumer.h"
 #include "magnet/events.h"
 #include "magnet/record.h"
 #include "magnet/trace_file.h"
 
 using namespace magnet;
-using namespace magnet::host;
 
 namespace {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "bench_empty.skel.h"
-#include "capture.h"
+#include "magnet/capture/capture.h"
 
 namespace {
 
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
               {skel->progs.empty_ip_recv, 0 /* PRE_ROUTING */}};
     for (auto& h : nf) {
       if (send_only && h.p == skel->progs.empty_ip_recv) continue;
-      int fd = magnet::host::netfilter_link_create(bpf_program__fd(h.p), 2 /* NFPROTO_IPV4 */, h.hook, prio);
+      int fd = magnet::netfilter_link_create(bpf_program__fd(h.p), 2 /* NFPROTO_IPV4 */, h.hook, prio);
       if (fd < 0) {
         errno = -fd;
         return fail(bpf_program__name(h.p));

@@ -10,7 +10,7 @@
 // no one connected) is the baseline: the stand-in for the views' own cost.
 // Each client is its own VM (one connection per VM id: the hub's per-VM cap
 // of 4 connections concerns vsock accepts only, adopt() is not capped) and
-// subscribes like the guest agent (guest/agent/agent.cc): periodic, 100 ms,
+// subscribes like the guest agent (guest/agent/src/agent.cc): periodic, 100 ms,
 // every stat, with its vmnet.queue.tx event records (none are published
 // here: their cost follows the traffic).  A session's periodic timer
 // re-arms from the moment it ran, so timers that once fire in the same
@@ -69,8 +69,8 @@
 #include <vector>
 
 #include "../summary.h"
-#include "deliver.h"
-#include "log.h"
+#include "magnet/deliver/deliver.h"
+#include "magnet/log.h"
 #include "magnet/event.h"
 #include "magnet/view_codec.h"
 
@@ -81,7 +81,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr uint32_t kTickMs = 100;     // the daemon's tick (host/src/daemon.cc)
+constexpr uint32_t kTickMs = 100;     // the daemon's tick (host/daemon/src)
 constexpr uint32_t kAgentPeriod = 100;  // the guest agent's default --period
 constexpr double kTargetPct = 2.0;    // 100 clients x 10 Hz, % of one core above N=0
 constexpr unsigned kTargetClients = 100;
@@ -110,7 +110,7 @@ double percentile(const std::vector<double>& sorted, double p) {
 
 // ------------------------------------------------------------ the stats ---
 
-// One VM's stats in vm_metrics' shape (host/src/vm_metrics.cc): 59 values.
+// One VM's stats in vm_metrics' shape (host/metrics/src/vm_metrics.cc): 59 values.
 std::vector<view::stat_value> vm_stats(uint32_t vm) {
   std::vector<view::stat_value> s;
   auto add = [&](uint16_t id, double v, uint32_t window_us = 1000000, uint32_t index = 0) {
@@ -202,7 +202,7 @@ struct client {
   }
 };
 
-// The agent's subscription (guest/agent/agent.cc, journey on by default).
+// The agent's subscription (guest/agent/src/agent.cc, journey on by default).
 view::subscribe agent_subscription() {
   return view::subscribe{kAgentPeriod, MAGNET_VMODE_PERIODIC, MAGNET_VSUB_EVENTS, {},
                          {MAGNET_EV_VMNET_QUEUE_TX}};

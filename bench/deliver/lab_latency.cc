@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon.h"
+#include "magnet/admin/client.h"
 
 namespace {
 

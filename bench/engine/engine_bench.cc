@@ -172,7 +172,7 @@ struct hundred_vms {
   }
 };
 
-// Second argument 1: what the daemon does for `views VM` (host/src/daemon.cc),
+// Second argument 1: what the daemon does for `views VM` (host/daemon/src),
 // snapshot and serialise, at every tick for every VM; 0: snapshots only.
 void BM_HundredVms(benchmark::State& st) {
   const auto rate = static_cast<size_t>(st.range(0));

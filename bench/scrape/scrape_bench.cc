@@ -1,5 +1,5 @@
 // The cost of one /metrics scrape of `magnet host --http`: render_metrics()
-// (host/src/openmetrics.cc) on synthetic counters in the shape the daemon
+// (host/export/src/openmetrics.cc) on synthetic counters in the shape the daemon
 // holds after its tick, for N VMs (default 100), in both formats.  What the
 // daemon adds around it (the HTTP exchange, reading /proc/self/statm) is
 // not counted; no libvirt call is made by a scrape.
@@ -22,7 +22,7 @@
 
 #include "../summary.h"
 #include "magnet/view.h"
-#include "openmetrics.h"
+#include "magnet/export/openmetrics.h"
 
 using namespace magnet;
 using namespace magnet::host;

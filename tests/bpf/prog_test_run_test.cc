@@ -18,8 +18,8 @@
 #include <set>
 #include <thread>
 
-#include "capture.h"
-#include "consumer.h"
+#include "magnet/capture/capture.h"
+#include "magnet/capture/consumer.h"
 #include "magnet/events.h"
 #include "magnet/flow.h"
 #include "magnet/record.h"

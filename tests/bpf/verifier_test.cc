@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "capture.h"
+#include "magnet/capture/capture.h"
 #include "magnet/events.h"
 
 namespace magnet::host {

@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lab_fixture.h"
-#include "registry.h"
+#include "magnet/registry/registry.h"
 
 namespace magnet::e2e {
 namespace {

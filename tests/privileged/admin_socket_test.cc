@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "admin_request.h"
+#include "magnet/admin/request.h"
 #include "proc.h"
 
 namespace magnet {

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "capture.h"
+#include "magnet/capture/capture.h"
 #include "magnet/events.h"
 #include "proc.h"
 

@@ -191,7 +191,7 @@ TEST(Dashboard, PageAssetsApiAndStreamAgreeWithMagnetTop) {
   for (const auto& [url, file] : std::vector<std::pair<std::string, std::string>>{
            {"/assets/uPlot.iife.min.js", MAGNET_UPLOT_DIST "/uPlot.iife.min.js"},
            {"/assets/uPlot.min.css", MAGNET_UPLOT_DIST "/uPlot.min.css"},
-           {"/assets/dashboard.js", MAGNET_SOURCE_DIR "/host/web/dashboard.js"}}) {
+           {"/assets/dashboard.js", MAGNET_SOURCE_DIR "/host/http/web/dashboard.js"}}) {
     r = get(t.port, url);
     EXPECT_EQ(r.status, 200) << url;
     std::ifstream f(file);

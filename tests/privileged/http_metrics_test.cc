@@ -11,7 +11,7 @@
 #include <fstream>
 #include <regex>
 
-#include "openmetrics.h"
+#include "magnet/export/openmetrics.h"
 #include "http.h"
 #include "proc.h"
 

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "capture.h"
+#include "magnet/capture/capture.h"
 #include "magnet/events.h"
 #include "proc.h"
 

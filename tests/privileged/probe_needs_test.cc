@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "capture.h"
+#include "magnet/capture/capture.h"
 #include "magnet/events.h"
 
 namespace magnet::host {

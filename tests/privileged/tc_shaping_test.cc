@@ -4,7 +4,7 @@
 #include <net/if.h>
 
 #include "proc.h"
-#include "tc.h"
+#include "magnet/metrics/tc.h"
 
 namespace magnet::host {
 namespace {

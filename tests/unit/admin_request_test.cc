@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "admin_request.h"
+#include "magnet/admin/request.h"
 
 namespace magnet::host {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "cli.h"
+#include "magnet/cli.h"
 
 namespace magnet::cli {
 namespace {

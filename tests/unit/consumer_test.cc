@@ -2,7 +2,7 @@
 // land at the chronological place of the loss.
 #include <gtest/gtest.h>
 
-#include "consumer.h"
+#include "magnet/capture/consumer.h"
 #include "magnet/events.h"
 #include "magnet/record.h"
 #include "magnet/trace_file.h"

@@ -18,8 +18,8 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 
-#include "dashboard.h"
-#include "http_server.h"
+#include "magnet/http/dashboard.h"
+#include "magnet/http/server.h"
 
 namespace magnet::host {
 namespace {

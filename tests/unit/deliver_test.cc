@@ -12,8 +12,8 @@
 #include <cstring>
 #include <functional>
 
-#include "deliver.h"
-#include "log.h"
+#include "magnet/deliver/deliver.h"
+#include "magnet/log.h"
 #include "magnet/event.h"
 #include "magnet/trace_file.h"
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "openmetrics.h"
+#include "magnet/export/openmetrics.h"
 
 namespace magnet::host {
 namespace {

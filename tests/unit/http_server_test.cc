@@ -11,7 +11,7 @@
 #include <future>
 #include <thread>
 
-#include "http_server.h"
+#include "magnet/http/server.h"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>

@@ -1,8 +1,8 @@
-// The guest agent's journey (guest/agent/journey.cc): its own socket sends
+// The guest agent's journey (guest/agent/src/journey.cc): its own socket sends
 // and device transmits joined with the host's vmnet.queue.tx records of the
 // same packets (flow id and IPv4 id), the host's times brought to the
 // guest's clock.
-#include "journey.h"
+#include "magnet/agent/journey.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-// In-kernel latency statistics as user space reads them (host/src/latency.h),
+// In-kernel latency statistics as user space reads them (capture/include/magnet/capture/latency.h),
 // and records of a payload grown by a format minor.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "latency.h"
+#include "magnet/capture/latency.h"
 #include "magnet/events.h"
 #include "magnet/record.h"
 #include "magnet/trace_file.h"

@@ -10,7 +10,7 @@
 
 #include "magnet/event.h"
 #include "magnet/view.h"
-#include "openmetrics.h"
+#include "magnet/export/openmetrics.h"
 
 namespace magnet::host {
 namespace {

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include "magnet/trace_file.h"
-#include "registry.h"
-#include "vcpu_sched.h"
+#include "magnet/registry/registry.h"
+#include "magnet/metrics/vcpu_sched.h"
 
 namespace magnet::host {
 namespace {

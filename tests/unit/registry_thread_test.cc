@@ -18,7 +18,7 @@
 
 #include <boost/asio.hpp>
 
-#include "registry.h"
+#include "magnet/registry/registry.h"
 
 namespace magnet::host {
 namespace {

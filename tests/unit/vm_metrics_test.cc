@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "link_model.h"
+#include "magnet/metrics/link_model.h"
 #include "magnet/event.h"
-#include "vm_metrics.h"
+#include "magnet/metrics/vm_metrics.h"
 
 namespace magnet::host {
 namespace {

@@ -1,0 +1,144 @@
+// magnet host: the daemon's options, parsed and handed to it.
+#include <cstdio>
+
+#include "commands.h"
+#include "magnet/daemon/daemon.h"
+#include "magnet/events.h"
+#include "magnet/export/openmetrics.h"
+#include "magnet/filters/config.h"
+
+namespace magnet::host {
+
+static const char* kHostHelp =
+    "Usage: magnet host [options]\n"
+    "\n"
+    "The host daemon, in the foreground: follows the VMs libvirt runs, tags\n"
+    "their events with a VM id in the kernel, and turns the stream into\n"
+    "per-VM views (docs/engine.md).  SIGHUP reloads the view definitions (a\n"
+    "bad file is refused and the old views stay); SIGTERM/SIGINT drain and stop.\n"
+    "\n"
+    "      --uri URI          libvirt connection (default qemu:///system)\n"
+    "      --views FILE       YAML view definitions (default: built in,\n"
+    "                         see --print-default-views)\n"
+    "      --socket PATH      query socket (default /run/magnet/host.sock)\n"
+    "      --socket-group GRP group that may read the query socket (default:\n"
+    "                         root only)\n"
+    "  -p, --probes LIST      probes (default net.dev,net.drop,vmnet.queue,sched,\n"
+    "                         kvm.exit,kvm.entry,kvm.wakeup,blk)\n"
+    "  -b, --buffer SIZE      ring buffer size (default 16M)\n"
+    "      --vm-quota N       at most N events/s of one VM per CPU onto the\n"
+    "                         stream, in bursts of 0.1 s worth (default 200000;\n"
+    "                         0: none); the rest is that VM's lost events\n"
+    "  -d, --duration T       stop after T\n"
+    "\n"
+    "Delivery of each VM's own view into it (docs/guest.md), on by default:\n"
+    "      --no-deliver       none\n"
+    "      --vsock MODE       auto (listen when this host runs vsock guests,\n"
+    "                         i.e. /dev/vhost-vsock exists), on, off\n"
+    "      --vsock-port N     vsock port (default 5300, any CID)\n"
+    "      --no-serial        do not use the VMs' virtio-serial view channels\n"
+    "      --link DEV[@NETNS][=RATE]\n"
+    "                         a shared host link VMs' traffic crosses (repeat\n"
+    "                         for more): its capacity RATE (e.g. 20mbit), or\n"
+    "                         read from its root qdisc; gives each VM its\n"
+    "                         available bandwidth there\n"
+    "\n"
+    "\n"
+    "Prometheus metrics and the live dashboard (docs/metrics.md, docs/dashboard.md):\n"
+    "      --http [ADDR:PORT] serve /metrics and the live dashboard (/) over\n"
+    "                         HTTP there (default 127.0.0.1:9477; PORT 0: any\n"
+    "                         free port); an address other than loopback needs\n"
+    "                         --http-tokens (docs/dashboard.md)\n"
+    "      --http-tokens FILE tokens every HTTP request must carry, one a line:\n"
+    "                         'TOKEN all' (operator) or 'TOKEN DOMAIN-or-UUID'\n"
+    "                         (a tenant: that VM's page, stream and views only);\n"
+    "                         the file must be mode 0600 or 0400\n"
+    "      --http-stream-interval T\n"
+    "                         one dashboard stream event every T (default 500ms)\n"
+    "      --list-metrics     print the series /metrics has and exit\n"
+    "\n"
+    "      --check-views FILE validate a view file and exit\n"
+    "      --print-default-views\n";
+
+int cmd_host(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kHostHelp, stdout);
+    return 0;
+  }
+  if (a.flag("--print-default-views")) {
+    a.finish(0, 0);
+    std::fputs(kDefaultViews, stdout);
+    return 0;
+  }
+  if (a.flag("--list-metrics")) {
+    a.finish(0, 0);
+    for (const auto& n : metric_series_names()) std::printf("%s\n", n.c_str());
+    return 0;
+  }
+  daemon_options o;
+  if (auto v = a.optional_value("--http"))  // "--http" alone: loopback, the default port
+    o.http = cli::need(parse_http_endpoint(v->empty() ? "127.0.0.1:" + std::to_string(kDefaultHttpPort) : *v),
+                       "--http");
+  if (auto v = a.value("--http-tokens")) {
+    if (!o.http) throw cli::usage_error("--http-tokens: only with --http");
+    o.http_tokens = cli::need(load_tokens(*v), "--http-tokens");
+  }
+  if (auto v = a.value("--http-stream-interval")) {
+    uint64_t ns = cli::need(cli::parse_duration_ns(*v), "--http-stream-interval");
+    if (ns < 100'000'000 || ns > 60'000'000'000ull)
+      throw cli::usage_error("--http-stream-interval: " + *v + " is not between 100ms and 60s");
+    o.http_stream_ns = ns;
+  }
+  if (std::string why = http_access_problem(o); !why.empty()) throw cli::usage_error(why);
+  if (auto v = a.value("--uri")) o.uri = *v;
+  if (auto v = a.value("--views")) o.views_path = *v;
+  if (auto v = a.value("--socket")) o.socket_path = *v;
+  if (auto v = a.value("--socket-group")) o.socket_group = *v;
+  if (a.flag("--no-deliver")) o.deliver = false;
+  if (a.flag("--no-serial")) o.delivery.serial = false;
+  if (auto v = a.value("--vsock")) {
+    using m = deliver_options::vsock_mode;
+    if (*v == "auto") o.delivery.vsock = m::automatic;
+    else if (*v == "on") o.delivery.vsock = m::on;
+    else if (*v == "off") o.delivery.vsock = m::off;
+    else throw cli::usage_error("--vsock: '" + *v + "' is not auto, on or off");
+  }
+  if (auto v = a.value("--vsock-port")) {
+    uint64_t p = cli::need(cli::parse_count(*v), "--vsock-port");
+    if (p > 0xffffffffu) throw cli::usage_error("--vsock-port: " + *v + " is not a 32-bit port");
+    o.delivery.vsock_port = static_cast<uint32_t>(p);
+  }
+  for (const auto& l : a.values("--link")) o.links.push_back(cli::need(parse_link_spec(l), "--link"));
+  if (auto v = a.value("--probes", "-p")) o.probes = *v;
+  if (auto v = a.value("--buffer", "-b")) {
+    o.ring_bytes = cli::need(cli::parse_size(*v), "--buffer");
+    if (o.ring_bytes < 4096 || (o.ring_bytes & (o.ring_bytes - 1)))
+      throw cli::usage_error("--buffer: " + *v + " is not a power of two of at least 4K");
+  }
+  if (auto v = a.value("--vm-quota")) {
+    uint64_t q = *v == "0" ? 0 : cli::need(cli::parse_count(*v), "--vm-quota");
+    if (q > 1000000000) throw cli::usage_error("--vm-quota: " + *v + " is above 10^9 events/s");
+    o.vm_quota = static_cast<double>(q);
+  }
+  if (auto v = a.value("--duration", "-d")) o.duration_ns = cli::need(cli::parse_duration_ns(*v), "--duration");
+  auto check = a.value("--check-views");
+  a.finish(0, 0);
+  (void)cli::need(select_events(o.probes), "--probes");
+  if (check) {
+    auto specs = filters::load_views(*check);
+    if (!specs) {
+      std::fprintf(stderr, "magnet host: %s\n", specs.err().message.c_str());
+      return 1;
+    }
+    filters::engine e;
+    if (auto s = filters::add_views(e, *specs); !s) {
+      std::fprintf(stderr, "magnet host: %s\n", s.err().message.c_str());
+      return 1;
+    }
+    std::printf("%s: %zu views ok\n", check->c_str(), specs->size());
+    return 0;
+  }
+  return run_daemon(o);
+}
+
+}  // namespace magnet::host

@@ -1,0 +1,245 @@
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+
+#include "magnet/capture/capture.h"
+#include "commands.h"
+#include "magnet/capture/consumer.h"
+#include "magnet/events.h"
+#include "magnet/filters/predicate.h"
+#include "magnet/record.h"
+#include "magnet/trace_file.h"
+
+namespace magnet::host {
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_stop(int) { g_stop.store(true); }
+}  // namespace
+
+bool stop_requested() { return g_stop.load(); }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a signal ends the poll at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+static const char* kRecordHelp =
+    "Usage: magnet record -o FILE [options]\n"
+    "\n"
+    "Records kernel events into a self-describing trace file until SIGINT,\n"
+    "SIGTERM or --duration; everything buffered is flushed on the way out.\n"
+    "A status line (events/s, bytes, lost) goes to stderr each second.\n"
+    "\n"
+    "  -o, --output FILE      trace file to write (required)\n"
+    "  -p, --probes LIST      comma-separated probes or dotted prefixes\n"
+    "                         (default: net; 'all' = every probe; see 'magnet probes')\n"
+    "  -f, --filter EXPR      filter expression (see docs/engine.md); the parts\n"
+    "                         on cpu, tgid, cgroup, vm, abstract id/flow and event\n"
+    "                         run in the kernel, the rest before writing\n"
+    "      --sample N         keep 1 event in N per probe and CPU\n"
+    "      --sample-time T    keep at most 1 event per T per probe and CPU (e.g. 1ms)\n"
+    "  -d, --duration T       stop after T (e.g. 10, 2.5s, 500ms)\n"
+    "  -b, --buffer SIZE      kernel ring buffer size, power of two (default 16M)\n"
+    "      --watermark SIZE   wake the reader when this much is waiting (default buffer/8)\n"
+    "      --poll-timeout T   longest a record waits in the buffer (default 100ms)\n"
+    "  -q, --quiet            no status line\n";
+
+struct record_opts {
+  std::string out;
+  std::set<uint16_t> types;
+  filters::predicate pred;
+  uint64_t sample_every = 0, sample_ns = 0, duration_ns = 0, ring = 16u << 20, watermark = 0,
+           poll_ns = 100'000'000;
+  bool quiet = false;
+};
+
+static record_opts parse_record(cli::args& a) {
+  record_opts o;
+  auto out = a.value("--output", "-o");
+  auto probes = a.value("--probes", "-p");
+  auto filter = a.value("--filter", "-f");
+  auto sample = a.value("--sample");
+  auto sample_t = a.value("--sample-time");
+  auto dur = a.value("--duration", "-d");
+  auto buf = a.value("--buffer", "-b");
+  auto wm = a.value("--watermark");
+  auto pt = a.value("--poll-timeout");
+  o.quiet = a.flag("--quiet", "-q");
+  a.finish(0, 0);
+  if (!out) throw cli::usage_error("missing -o FILE");
+  o.out = *out;
+  o.types = cli::need(select_events(probes.value_or("net")), "--probes");
+  auto pred = filters::predicate::parse(filter.value_or(""));
+  if (!pred) throw cli::usage_error("--filter: " + pred.err().message);
+  o.pred = std::move(*pred);
+  if (o.pred.push().events) {  // the filter names events: attach only those
+    std::set<uint16_t> keep;
+    for (auto t : o.types)
+      if (o.pred.push().events->count(t)) keep.insert(t);
+    if (keep.empty())
+      throw cli::usage_error("--filter selects no event among the recorded probes");
+    o.types = keep;
+  }
+  if (sample) o.sample_every = cli::need(cli::parse_count(*sample), "--sample");
+  if (o.sample_every > UINT32_MAX) throw cli::usage_error("--sample: too large");
+  if (sample_t) o.sample_ns = cli::need(cli::parse_duration_ns(*sample_t), "--sample-time");
+  if (dur) o.duration_ns = cli::need(cli::parse_duration_ns(*dur), "--duration");
+  if (buf) {
+    o.ring = cli::need(cli::parse_size(*buf), "--buffer");
+    if (o.ring < 4096 || (o.ring & (o.ring - 1)))
+      throw cli::usage_error("--buffer: " + *buf + " is not a power of two of at least 4K");
+  }
+  if (wm) o.watermark = cli::need(cli::parse_size(*wm), "--watermark");
+  if (o.watermark >= o.ring) throw cli::usage_error("--watermark must be below --buffer");
+  if (pt) o.poll_ns = cli::need(cli::parse_duration_ns(*pt), "--poll-timeout");
+  return o;
+}
+
+// Applies probes, sampling and the kernel part of the filter.
+static status configure(capture& c, const record_opts& o, uint32_t mode,
+                        std::set<uint16_t>& attached) {
+  const auto& pd = o.pred.push();
+  uint32_t active = 0;
+  if (pd.cpu) active |= MAGNET_FK_CPU;
+  if (pd.tgid) active |= MAGNET_FK_TGID;
+  if (pd.cgroup) active |= MAGNET_FK_CGROUP;
+  if (pd.vm) active |= MAGNET_FK_VM;
+  if (pd.abstract_id) active |= MAGNET_FK_ABSTRACT;
+  if (auto s = c.set_filter_sets(active, pd.cpu.value_or(std::set<uint32_t>{}),
+                                 pd.tgid.value_or(std::set<uint32_t>{}),
+                                 pd.cgroup.value_or(std::set<uint64_t>{}),
+                                 pd.vm.value_or(std::set<uint32_t>{}),
+                                 pd.abstract_id.value_or(std::set<uint64_t>{}));
+      !s)
+    return s;
+  for (uint16_t t : o.types) {
+    c.set_sampling(t, static_cast<uint32_t>(o.sample_every), o.sample_ns);
+    const probe_plan* p = c.plan_for(t);
+    if (p && p->chosen < 0 && o.types.size() > 1) {
+      std::string why;
+      for (const auto& ck : p->checks) why += (why.empty() ? "" : "; ") + ck.why;
+      std::fprintf(stderr, "magnet: warning: skipping %s: cannot attach here (%s)\n",
+                   event_name(t).c_str(), why.c_str());
+      continue;
+    }
+    if (auto s = c.set_mode(t, mode); !s) return s;
+    attached.insert(t);
+  }
+  if (attached.empty()) return error{"none of the selected probes can attach on this kernel"};
+  return {};
+}
+
+int cmd_record(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kRecordHelp, stdout);
+    return 0;
+  }
+  record_opts o = parse_record(a);
+
+  capture_options co;
+  co.probes = o.types;
+  co.ring_bytes = o.ring;
+  co.wakeup_watermark = o.watermark;
+  auto cap = capture::open(co);
+  if (!cap) {
+    std::fprintf(stderr, "magnet record: %s\n", cap.err().message.c_str());
+    return 1;
+  }
+  std::set<uint16_t> attached;
+  if (auto s = configure(**cap, o, MAGNET_MODE_STREAM, attached); !s) {
+    std::fprintf(stderr, "magnet record: %s\n", s.err().message.c_str());
+    return 1;
+  }
+  std::set<uint16_t> described = attached;
+  described.insert(MAGNET_EV_LOST);
+  auto w = trace_writer::create(o.out, local_sysinfo(), described);
+  if (!w) {
+    std::fprintf(stderr, "magnet record: %s\n", w.err().message.c_str());
+    return 1;
+  }
+
+  // User-space part of the filter: only when the kernel cannot do it all.
+  std::vector<uint8_t> kept;
+  const bool user_filter = !o.pred.is_true();
+  status write_status;
+  auto sink = [&](std::span<const uint8_t> recs) {
+    if (!write_status) return;
+    if (!user_filter) {
+      write_status = w->append(recs);
+      return;
+    }
+    kept.clear();
+    for (size_t off = 0; off < recs.size();) {
+      const uint8_t* r = recs.data() + off;
+      uint16_t len = hdr_of(r).len;
+      if (hdr_of(r).type == MAGNET_EV_LOST || o.pred.match(r)) kept.insert(kept.end(), r, r + len);
+      off += len;
+    }
+    write_status = w->append(kept);
+  };
+  auto cons = ring_consumer::create((*cap)->ringbuf_fd(), **cap, sink);
+  if (!cons) {
+    std::fprintf(stderr, "magnet record: %s\n", cons.err().message.c_str());
+    return 1;
+  }
+
+  install_stop_handlers();
+  if (!o.quiet)
+    std::fprintf(stderr, "magnet: recording %s to %s (buffer %llu KiB)\n",
+                 (*cap)->attach_summary().c_str(), o.out.c_str(),
+                 static_cast<unsigned long long>(o.ring >> 10));
+  const uint64_t t0 = monotonic_ns();
+  uint64_t next_status = t0 + 1'000'000'000ull, last_recs = 0;
+  int poll_ms = static_cast<int>(std::max<uint64_t>(1, o.poll_ns / 1'000'000));
+  int rc = 0;
+  while (!stop_requested() && write_status) {
+    uint64_t now = monotonic_ns();
+    if (o.duration_ns && now - t0 >= o.duration_ns) break;
+    int wait = poll_ms;
+    if (o.duration_ns)
+      wait = static_cast<int>(std::min<uint64_t>(wait, (t0 + o.duration_ns - now) / 1'000'000 + 1));
+    if (auto r = (*cons)->poll(wait); !r) {
+      std::fprintf(stderr, "magnet record: %s\n", r.err().message.c_str());
+      rc = 1;
+      break;
+    }
+    now = monotonic_ns();
+    if (now >= next_status) {
+      (*cap)->rescan_netns();
+      uint64_t recs = (*cons)->records();
+      if (!o.quiet)
+        std::fprintf(stderr, "magnet: %llu events/s, %.1f MiB written, lost %llu\n",
+                     static_cast<unsigned long long>(recs - last_recs),
+                     static_cast<double>(w->bytes()) / (1 << 20),
+                     static_cast<unsigned long long>((*cons)->lost()));
+      last_recs = recs;
+      next_status = now + 1'000'000'000ull;
+    }
+  }
+  // Detach first so the final drain sees everything that will ever come.
+  for (uint16_t t : attached) (void)(*cap)->set_mode(t, 0);
+  if (auto r = (*cons)->drain(); !r) rc = 1;
+  if (!write_status) {
+    std::fprintf(stderr, "magnet record: %s\n", write_status.err().message.c_str());
+    rc = 1;
+  }
+  if (auto s = w->close(); !s) {
+    std::fprintf(stderr, "magnet record: %s\n", s.err().message.c_str());
+    rc = 1;
+  }
+  if (!o.quiet)
+    std::fprintf(stderr, "magnet: %llu records, %llu bytes, %llu lost, written to %s\n",
+                 static_cast<unsigned long long>((*cons)->records()),
+                 static_cast<unsigned long long>(w->bytes()),
+                 static_cast<unsigned long long>((*cons)->lost()), o.out.c_str());
+  return rc;
+}
+
+}  // namespace magnet::host

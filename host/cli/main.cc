@@ -1,0 +1,85 @@
+// magnet: one binary, bpftool/virsh-style subcommands.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "magnet/log.h"
+#include "magnet/version.h"
+
+namespace {
+
+const char* kHelp =
+    "Usage: magnet [-v] COMMAND [options]   (magnet COMMAND --help for details)\n"
+    "\n"
+    "Commands:\n"
+    "  probes   list probes and how each attaches on this kernel\n"
+    "  record   record events into a trace file\n"
+    "  dump     print a trace file as text, CSV or JSON\n"
+    "  stat     live per-layer counts from in-kernel aggregation\n"
+    "  kvm      KVM exits and exit->entry time per reason, per VM\n"
+    "  host     the host daemon: VM registry, probes, per-VM views\n"
+    "  top      live per-VM table from the host daemon\n"
+    "  views    the host daemon's views, per VM\n"
+    "  sessions the daemon's connections into VMs (their views' delivery)\n"
+    "  mark     set a VM's host.marker (delivery latency probes)\n"
+    "  stats    what the daemon delivers into one VM (JSON)\n"
+    "\n"
+    "Global options: -v/--verbose (repeat for more, -vv shows libbpf and the\n"
+    "verifier log), --version, --help\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace magnet;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  int verbosity = 1;
+  size_t i = 0;
+  for (; i < args.size() && args[i].size() > 1 && args[i][0] == '-'; ++i) {
+    const auto& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+    if (a == "--version") {
+      std::printf("magnet %s\n", kVersion);
+      return 0;
+    }
+    if (a == "-v" || a == "--verbose") ++verbosity;
+    else if (a == "-vv") verbosity += 2;
+    else {
+      std::fprintf(stderr, "magnet: unknown option '%s'\nTry 'magnet --help'.\n", a.c_str());
+      return 2;
+    }
+  }
+  if (i == args.size()) {
+    std::fputs(kHelp, stderr);
+    return 2;
+  }
+  set_log_verbosity(verbosity);
+  std::string cmd = args[i];
+  cli::args rest(cmd, std::vector<std::string>(args.begin() + i + 1, args.end()));
+  try {
+    if (cmd == "probes") return host::cmd_probes(rest);
+    if (cmd == "record") return host::cmd_record(rest);
+    if (cmd == "dump") return host::cmd_dump(rest);
+    if (cmd == "stat") return host::cmd_stat(rest);
+    if (cmd == "kvm") return host::cmd_kvm(rest);
+    if (cmd == "host") return host::cmd_host(rest);
+    if (cmd == "top") return host::cmd_top(rest);
+    if (cmd == "views") return host::cmd_views(rest);
+    if (cmd == "sessions") return host::cmd_sessions(rest);
+    if (cmd == "mark") return host::cmd_mark(rest);
+    if (cmd == "stats") return host::cmd_stats(rest);
+    std::fprintf(stderr, "magnet: unknown command '%s'\nTry 'magnet --help'.\n", cmd.c_str());
+    return 2;
+  } catch (const cli::usage_error& e) {
+    std::fprintf(stderr, "magnet %s: %s\nTry 'magnet %s --help'.\n", cmd.c_str(), e.what(),
+                 cmd.c_str());
+    return 2;
+  } catch (const fatal& e) {
+    std::fprintf(stderr, "magnet %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,56 @@
+// `magnet host`: the host daemon.  A controller (options, view definitions,
+// SIGHUP reload, SIGTERM drain) around the worker parts: the VM registry
+// (its own thread, libvirt's event loop), and on one Boost.Asio thread the
+// capture core, the synthesis engine, the per-VM metrics, the delivery of
+// each VM's view into it (deliver.h) and the local query socket (admin.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "magnet/deliver/deliver.h"
+#include "magnet/http/dashboard.h"
+#include "magnet/http/server.h"
+
+namespace magnet::host {
+
+// A shared host link whose capacity the available-bandwidth model uses:
+// DEV in network namespace NETNS (a name under /run/netns, or empty for the
+// daemon's own), capacity RATE in bit/s (0: read from the device's root
+// qdisc, tbf or htb).
+struct link_spec {
+  std::string dev, netns;
+  double rate_bps = 0;
+};
+// "DEV[@NETNS][=RATE]", RATE like 20mbit, 1.5gbit, 800kbit or 1000000.
+result<link_spec> parse_link_spec(const std::string& s);
+
+struct daemon_options {
+  std::string uri = "qemu:///system";
+  std::string views_path;  // empty: the embedded default views
+  std::string socket_path = "/run/magnet/host.sock";
+  std::string socket_group;  // read-only group of the query socket; empty: root only
+  std::string probes = "net.dev,net.drop,vmnet.queue,sched,kvm.exit,kvm.entry,kvm.wakeup,blk";
+  size_t ring_bytes = 16u << 20;
+  // Per-VM stream quota: events/s per VM and CPU, bursts of 0.1 s (0: none).
+  double vm_quota = 200000;
+  uint64_t duration_ns = 0;  // 0 = until SIGTERM/SIGINT
+  bool deliver = true;       // views into the VMs (vsock, virtio-serial)
+  deliver_options delivery;
+  std::vector<link_spec> links;
+  std::optional<http_endpoint> http;  // --http: serve /metrics and the dashboard there
+  token_table http_tokens;            // --http-tokens: empty: loopback only, no tokens asked
+  uint64_t http_stream_ns = 500'000'000;  // --http-stream-interval: between stream events
+};
+
+// Why @o cannot serve HTTP as given (a non-loopback --http without
+// --http-tokens), or "".
+std::string http_access_problem(const daemon_options& o);
+
+int run_daemon(const daemon_options& o);
+
+extern const char* kDefaultViews;
+
+}  // namespace magnet::host

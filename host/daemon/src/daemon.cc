@@ -1,0 +1,158 @@
+// `magnet host`: the daemon's run, from setup to drain.  The class and the
+// map of its files: host_daemon.h.
+#include "magnet/daemon/daemon.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+
+#include "host_daemon.h"
+#include "magnet/daemon/privileges.h"
+#include "magnet/log.h"
+#include "magnet/trace_file.h"
+
+namespace magnet::host {
+
+namespace asio = boost::asio;
+
+// The query socket (its read-only group @group, or -1) and, with --http,
+// the HTTP server: 0, or the exit status.
+int host_daemon::open_endpoints(gid_t group) {
+  ::mkdir("/run/magnet", 0755);
+  auto adm = admin_server::open(io_, opt_.socket_path, group,
+                                [this](const std::string& l, const admin_peer& p) { return handle(l, p); });
+  if (!adm) {
+    std::fprintf(stderr, "magnet host: %s\n", adm.err().message.c_str());
+    return 1;
+  }
+  admin_ = std::move(*adm);
+  if (opt_.http && !serve_http()) return 1;
+  return 0;
+}
+
+// Probes loaded and attached, the socket bound and given its group: keep
+// only the capabilities the running daemon uses (privileges.h), before any
+// thread starts (libvirt's included), as capabilities are per thread.
+int host_daemon::drop_privileges() {
+  const auto keep = daemon_capabilities(opt_.deliver && opt_.delivery.serial);
+  auto kept = keep_only_capabilities(keep);
+  if (!kept) {
+    std::fprintf(stderr, "magnet host: %s\n", kept.err().message.c_str());
+    return 1;
+  }
+  log_line(1, "magnet-host: [privileges] capabilities kept: " + *kept);
+  for (const auto& c : keep)
+    log_line(2, "magnet-host: [privileges] " + capability_names(uint64_t{1} << c.cap) + ": " + c.why);
+  return 0;
+}
+
+// SIGHUP reloads the views (a bad file keeps the old ones); SIGINT and
+// SIGTERM stop the loop, and run() drains.
+void host_daemon::serve_signals(asio::signal_set& signals) {
+  signals.async_wait([this, &signals](boost::system::error_code ec, int sig) {
+    if (ec) return;
+    if (sig != SIGHUP) {
+      io_.stop();
+      return;
+    }
+    auto s = load_views();
+    log_line(1, s ? "magnet-host: [views.reloaded] " +
+                        (opt_.views_path.empty() ? std::string("default views") : opt_.views_path)
+                  : "magnet-host: [views.rejected] keeping the old views: " + s.err().message);
+    serve_signals(signals);
+  });
+}
+
+void host_daemon::drain() {
+  hub_.stop();
+  io_.restart();
+  io_.poll();  // the peers' goodbyes
+  reg_.stop();
+  for (uint16_t t : probes_) (void)cap_->set_mode(t, 0);
+  (void)cons_->drain();
+  admin_.reset();
+  streams_.clear();
+  http_.reset();
+  log_line(1, "magnet-host: [stopped] " + std::to_string(cons_->records()) + " records, " +
+                  std::to_string(cons_->lost()) + " lost");
+}
+
+int host_daemon::run() {
+  if (auto s = load_views(); !s) {
+    std::fprintf(stderr, "magnet host: views: %s\n", s.err().message.c_str());
+    return 2;
+  }
+  gid_t group = static_cast<gid_t>(-1);
+  if (!opt_.socket_group.empty()) {
+    auto g = group_id(opt_.socket_group);
+    if (!g) {
+      std::fprintf(stderr, "magnet host: --socket-group: %s\n", g.err().message.c_str());
+      return 2;
+    }
+    group = *g;
+  }
+  if (auto s = setup_capture(); !s) {
+    std::fprintf(stderr, "magnet host: %s\n", s.err().message.c_str());
+    return 1;
+  }
+  if (int rc = open_endpoints(group)) return rc;
+  if (int rc = drop_privileges()) return rc;
+  // Know the running VMs before the first guest connects: a guest that
+  // reconnects as soon as the daemon is back would otherwise be refused
+  // ("no running domain has this CID") and wait out its backoff.  (Its
+  // handlers run first: they are queued before any accept completes.)
+  (void)reg_.reconcile();  // a libvirt that is down: the registry thread says so
+  if (opt_.deliver) {
+    if (auto s = hub_.start(); !s) {
+      std::fprintf(stderr, "magnet host: delivery: %s\n", s.err().message.c_str());
+      return 1;
+    }
+  }
+  ring_fd_ = std::make_unique<asio::posix::stream_descriptor>(io_, ::dup(cons_->epoll_fd()));
+  resolve_links();
+  asio::signal_set signals(io_, SIGINT, SIGTERM, SIGHUP);
+  serve_signals(signals);
+  start_ns_ = monotonic_ns();
+  next_tick_ = asio::steady_timer::clock_type::now();
+  reg_.start();
+  arm_ring();
+  tick();
+  log_line(1, "magnet-host: [started] probes " + cap_->attach_summary() + "; libvirt " + opt_.uri +
+                  "; socket " + opt_.socket_path +
+                  (opt_.deliver ? std::string("; delivery ") +
+                                      (hub_.listening_vsock()
+                                           ? "vsock port " + std::to_string(opt_.delivery.vsock_port)
+                                           : std::string("without vsock")) +
+                                      (opt_.delivery.serial ? ", virtio-serial channels" : "")
+                                : std::string("; delivery off")));
+  io_.run();
+  drain();
+  return 0;
+}
+
+int run_daemon(const daemon_options& o) {
+  // A peer that goes away must never end the daemon: libvirt's client
+  // library writes to its socket without MSG_NOSIGNAL, so a libvirtd that
+  // restarts would otherwise kill us with SIGPIPE (seen: exit 141).  Every
+  // write reports EPIPE instead.
+  ::signal(SIGPIPE, SIG_IGN);
+  host_daemon d(o);
+  if (std::string why = http_access_problem(o); !why.empty()) {
+    std::fprintf(stderr, "magnet host: %s\n", why.c_str());
+    return 2;
+  }
+  return d.run();
+}
+
+std::string http_access_problem(const daemon_options& o) {
+  if (o.http && !o.http->loopback && o.http_tokens.empty())
+    return "--http " + o.http->text() +
+           ": not a loopback address, and no --http-tokens: without tokens the dashboard and "
+           "/metrics are served on loopback only (127.0.0.1 or ::1)";
+  return {};
+}
+
+}  // namespace magnet::host
