@@ -11,10 +11,14 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <set>
 
 #include "magnet/deliver/deliver.h"
 #include "magnet/log.h"
 #include "magnet/event.h"
+#include "magnet/events.h"
+#include "magnet/guest_schema.h"
 #include "magnet/trace_file.h"
 
 namespace magnet::host {
@@ -208,8 +212,8 @@ TEST_F(DeliverTest, EachVmReceivesOnlyItsOwnStatsAndEvents) {
       for (size_t off = 0; off < e.records.size();) {
         magnet_hdr h;
         std::memcpy(&h, e.records.data() + off, sizeof h);
-        EXPECT_EQ(h.vm_id, vm) << "a record of another VM or of the host";
-        EXPECT_EQ(h.abstract_id, 1000 + vm);
+        EXPECT_EQ(h.abstract_id, 1000 + vm) << "a record of another VM or of the host";
+        EXPECT_EQ(h.vm_id, 0u) << "nothing in a frame names a VM";
         EXPECT_EQ(h.tgid, 0u) << "host process ids are not sent";
         EXPECT_EQ(h.tid, 0u);
         EXPECT_EQ(h.cpu, 0u);
@@ -475,6 +479,215 @@ TEST_F(DeliverTest, SerialChannelResynchronisesInsteadOfClosing) {
   EXPECT_TRUE(run(2s, {c.get()}, [&] { return !c->all<view::welcome>().empty(); }))
       << "a new session after the resync";
   EXPECT_FALSE(c->eof);
+}
+
+// ------------------------------------------------- what a guest may see ---
+
+// Records of every catalogue type for one VM: header and payload all
+// @fill, ts_ns = vm << 32 | seq (the test's mark of whose record it is).
+std::vector<uint8_t> every_type(uint32_t vm, uint8_t fill, uint32_t& seq) {
+  std::vector<uint8_t> recs;
+  for (const auto& e : all_events()) {
+    std::vector<uint8_t> r(sizeof(magnet_hdr) + payload_size(e.payload_kind) + 16, fill);
+    magnet_hdr h;
+    std::memcpy(&h, r.data(), sizeof h);
+    h.ts_ns = uint64_t{vm} << 32 | ++seq;
+    h.vm_id = vm;
+    h.type = e.type;
+    h.len = static_cast<uint16_t>(r.size());
+    std::memcpy(r.data(), &h, sizeof h);
+    recs.insert(recs.end(), r.begin(), r.end());
+  }
+  return recs;
+}
+
+template <class T>
+void set_field(std::vector<uint8_t>& recs, uint16_t type, size_t off, T v) {
+  for (size_t at = 0; at < recs.size();) {
+    magnet_hdr h;
+    std::memcpy(&h, recs.data() + at, sizeof h);
+    if (h.type == type) std::memcpy(recs.data() + at + sizeof h + off, &v, sizeof v);
+    at += h.len;
+  }
+}
+
+// The records of @recs whose type is in @types.
+std::vector<uint8_t> only(const std::vector<uint8_t>& recs, const std::set<uint16_t>& types) {
+  std::vector<uint8_t> out;
+  for (size_t at = 0; at < recs.size();) {
+    magnet_hdr h;
+    std::memcpy(&h, recs.data() + at, sizeof h);
+    if (types.count(h.type))
+      out.insert(out.end(), recs.begin() + static_cast<long>(at), recs.begin() + static_cast<long>(at + h.len));
+    at += h.len;
+  }
+  return out;
+}
+
+// Calls @fn(header, record bytes) for each record of the events frames @c got.
+template <class F>
+void each_received(const client& c, F&& fn) {
+  for (const auto& ev : c.all<view::events>())
+    for (size_t off = 0; off + sizeof(magnet_hdr) <= ev.records.size();) {
+      magnet_hdr h;
+      std::memcpy(&h, ev.records.data() + off, sizeof h);
+      ASSERT_GE(h.len, sizeof h);
+      fn(h, std::vector<uint8_t>(ev.records.begin() + static_cast<long>(off),
+                                 ev.records.begin() + static_cast<long>(off + h.len)));
+      off += h.len;
+    }
+}
+
+// A guest subscribed to every type gets only the types a guest may see,
+// cleaned per the schema, and nothing of another VM or of the host:
+// records of every type for both VMs and the host go through the hub.
+TEST_F(DeliverTest, GuestGetsOnlyGuestSafeRecordsOfItsOwnVmCleaned) {
+  constexpr uint32_t kVcpu = 5001, kOtherVmVcpu = 6001, kHostTask = 977;
+  vms[0].vcpu_tids = {kVcpu, 5002};
+  vms[1].vcpu_tids = {kOtherVmVcpu};
+  start();
+  auto c = hello(1);
+  c->send(view::subscribe{100, MAGNET_VMODE_PULL, MAGNET_VSUB_EVENTS, {}, {}});
+  uint32_t seq = 0;
+  std::vector<uint8_t> mine, all;
+  auto with_tids = [](std::vector<uint8_t> r, uint32_t prev, uint32_t next, uint32_t woken) {
+    set_field(r, MAGNET_EV_SCHED_SWITCH, offsetof(magnet_sched_switch, prev_tid), prev);
+    set_field(r, MAGNET_EV_SCHED_SWITCH, offsetof(magnet_sched_switch, next_tid), next);
+    set_field(r, MAGNET_EV_SCHED_WAKEUP, offsetof(magnet_sched_wakeup, tid), woken);
+    return r;
+  };
+  // Its own vCPU switched out for a host task, and woken.
+  mine = with_tids(every_type(1, 0xA5, seq), kVcpu, kHostTask, kVcpu);
+  // Tagged with its VM, but of no vCPU of it: another VM's vCPU and a host task.
+  const uint32_t impostors_from = seq + 1;
+  auto impostor = only(with_tids(every_type(1, 0xA5, seq), kOtherVmVcpu, kHostTask, kOtherVmVcpu),
+                       {MAGNET_EV_SCHED_SWITCH, MAGNET_EV_SCHED_WAKEUP});
+  const uint32_t impostors_to = seq;
+  all = mine;
+  all.insert(all.end(), impostor.begin(), impostor.end());
+  for (auto [vm, fill] : {std::pair{2u, uint8_t{0x5A}}, std::pair{0u, uint8_t{0x3C}}}) {
+    auto r = with_tids(every_type(vm, fill, seq), kOtherVmVcpu, kHostTask, kOtherVmVcpu);
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  std::set<uint16_t> types;
+  run(600ms, {c.get()}, [] { return false; }, [&] { hub->publish_events(all); });
+  // What the guest should get of its own records, by the schema (its key
+  // is the session's, so abstract ids are checked apart).
+  std::map<uint16_t, std::vector<uint8_t>> expect;
+  const view::guest_context ctx{&vms[0].vcpu_tids, {}};
+  for (size_t at = 0; at < mine.size();) {
+    magnet_hdr h;
+    std::memcpy(&h, mine.data() + at, sizeof h);
+    std::vector<uint8_t> out;
+    if (view::to_guest(mine.data() + at, h.len, ctx, out)) expect[h.type] = out;
+    at += h.len;
+  }
+  size_t n = 0;
+  each_received(*c, [&](const magnet_hdr& h, const std::vector<uint8_t>& r) {
+    ++n;
+    SCOPED_TRACE(event_name(h.type));
+    EXPECT_TRUE(view::guest_safe_type(h.type)) << "a type a guest may not see";
+    EXPECT_EQ(h.ts_ns >> 32, 1u) << "a record of another VM or of the host";
+    const uint32_t s = static_cast<uint32_t>(h.ts_ns);
+    EXPECT_FALSE(s >= impostors_from && s <= impostors_to) << "sched.* of no vCPU of this VM";
+    EXPECT_EQ(h.vm_id, 0u);
+    EXPECT_EQ(h.tgid, 0u);
+    EXPECT_EQ(h.tid, 0u);
+    EXPECT_EQ(h.cpu, 0u);
+    types.insert(h.type);
+    auto it = expect.find(h.type);
+    ASSERT_NE(it, expect.end());
+    ASSERT_EQ(r.size(), it->second.size());
+    const size_t id_at = offsetof(magnet_hdr, abstract_id);
+    for (size_t i = 0; i < r.size(); ++i)
+      if (i < id_at || i >= id_at + 8) EXPECT_EQ(r[i], it->second[i]) << "byte " << i;
+    switch (view::guest_row_of(h.type)->id) {
+      case view::guest_id::zero: EXPECT_EQ(h.abstract_id, 0u); break;
+      case view::guest_id::flow: EXPECT_EQ(h.abstract_id, 0xA5A5A5A5A5A5A5A5u); break;
+      case view::guest_id::rekey:
+        EXPECT_NE(h.abstract_id, 0xA5A5A5A5A5A5A5A5u);
+        EXPECT_NE(h.abstract_id, 0u);
+        break;
+    }
+  });
+  EXPECT_GE(n, 3 * expect.size()) << "a few publications";
+  std::set<uint16_t> safe;
+  for (const auto& e : all_events())
+    if (view::guest_safe_type(e.type)) safe.insert(e.type);
+  EXPECT_EQ(types, safe) << "every type a guest may see, and only those";
+}
+
+// Re-keyed ids are stable within a session and differ between sessions.
+TEST_F(DeliverTest, GuestSessionsReKeyIdsEachWithTheirOwnKey) {
+  start();
+  auto a = hello(1), b = hello(1);
+  for (auto* c : {a.get(), b.get()})
+    c->send(view::subscribe{100, MAGNET_VMODE_PULL, MAGNET_VSUB_EVENTS, {}, {MAGNET_EV_BLK_ISSUE}});
+  uint32_t seq = 0;
+  auto recs = every_type(1, 0xA5, seq);
+  run(400ms, {a.get(), b.get()}, [] { return false; }, [&] { hub->publish_events(recs); });
+  std::set<uint64_t> ids[2];
+  for (int i = 0; i < 2; ++i)
+    each_received(i ? *b : *a, [&](const magnet_hdr& h, const std::vector<uint8_t>&) {
+      EXPECT_EQ(h.type, MAGNET_EV_BLK_ISSUE);
+      ids[i].insert(h.abstract_id);
+    });
+  ASSERT_EQ(ids[0].size(), 1u) << "one id, the same in every record of a session";
+  ASSERT_EQ(ids[1].size(), 1u);
+  EXPECT_NE(*ids[0].begin(), *ids[1].begin()) << "each session its own key";
+  EXPECT_NE(*ids[0].begin(), 0xA5A5A5A5A5A5A5A5u);
+}
+
+// A subscription naming a type a guest may not see is refused, naming it;
+// the session and the subscription in force go on; a safe one works.
+TEST_F(DeliverTest, GuestSubscribeNamingAnUnsafeTypeIsRefusedAndTheSessionGoesOn) {
+  opt.max_subscribes_per_s = 20;
+  start();
+  auto c = hello(1);
+  uint32_t seq = 0;
+  auto recs = every_type(1, 0xA5, seq);
+  auto received = [&] {
+    std::set<uint16_t> t;
+    each_received(*c, [&](const magnet_hdr& h, const std::vector<uint8_t>&) { t.insert(h.type); });
+    return t;
+  };
+  auto publish = [&] { hub->publish_events(recs); };
+  c->send(view::subscribe{100, MAGNET_VMODE_PULL, MAGNET_VSUB_EVENTS, {}, {MAGNET_EV_NET_DEV_XMIT}});
+  run(300ms, {c.get()}, [] { return false; }, publish);
+  EXPECT_EQ(received(), std::set<uint16_t>{MAGNET_EV_NET_DEV_XMIT});
+  EXPECT_TRUE(c->errors().empty());
+
+  c->send(view::subscribe{100, MAGNET_VMODE_PULL, MAGNET_VSUB_EVENTS, {},
+                          {MAGNET_EV_NET_DEV_XMIT, MAGNET_EV_PROC_FORK}});
+  EXPECT_TRUE(run(1s, {c.get()}, [&] { return !c->errors().empty(); }));
+  ASSERT_EQ(c->all<view::errmsg>().size(), 1u);
+  EXPECT_EQ(c->all<view::errmsg>()[0].code, MAGNET_VERR_BAD_SUBSCRIBE);
+  EXPECT_EQ(c->all<view::errmsg>()[0].text, "event type proc.fork is not guest-safe");
+  c->got.clear();
+  run(300ms, {c.get()}, [] { return false; }, publish);
+  EXPECT_EQ(received(), std::set<uint16_t>{MAGNET_EV_NET_DEV_XMIT})
+      << "the subscription in force stays";
+
+  c->send(view::subscribe{100, MAGNET_VMODE_PULL, MAGNET_VSUB_EVENTS, {},
+                          {MAGNET_EV_PROC_FORK, MAGNET_EV_KVM_EXIT, MAGNET_EV_NET_L4_SEND}});
+  EXPECT_TRUE(run(1s, {c.get()}, [&] { return !c->errors().empty(); }));
+  EXPECT_EQ(c->all<view::errmsg>().at(0).text, "proc.fork, net.l4.send are not guest-safe");
+  c->got.clear();
+
+  c->send(view::subscribe{100, MAGNET_VMODE_PULL, MAGNET_VSUB_EVENTS, {},
+                          {MAGNET_EV_KVM_EXIT, MAGNET_EV_VMNET_QUEUE_TX}});
+  run(100ms, {c.get()});
+  c->got.clear();
+  run(300ms, {c.get()}, [] { return false; }, publish);
+  EXPECT_EQ(received(), (std::set<uint16_t>{MAGNET_EV_KVM_EXIT, MAGNET_EV_VMNET_QUEUE_TX}));
+  EXPECT_TRUE(c->errors().empty());
+  EXPECT_FALSE(c->eof);
+
+  // The subscription's other values are checked as before: a period below
+  // the minimum is a malformed frame.
+  c->send(view::subscribe{5, MAGNET_VMODE_PULL, MAGNET_VSUB_EVENTS, {}, {}});
+  EXPECT_TRUE(run(1s, {c.get()}, [&] { return !c->errors().empty(); }));
+  EXPECT_EQ(c->last_error(), MAGNET_VERR_BAD_FRAME);
 }
 
 }  // namespace

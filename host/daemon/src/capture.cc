@@ -131,6 +131,8 @@ void host_daemon::vms_changed() {
     v.qemu_pid = vm.qemu_pid;
     v.session_id = sessions_[id];
     v.channel = vm.view_channel;
+    for (const auto& t : vm.threads)
+      if (t.role == "vcpu" && t.tid > 0) v.vcpu_tids.insert(static_cast<uint32_t>(t.tid));
     ids.push_back(std::move(v));
     metrics_.set_allowance(id, vm.allowance_tx_bps, vm.allowance_rx_bps);
   }

@@ -91,6 +91,10 @@ struct delivery_hub::impl : view::session_owner, std::enable_shared_from_this<im
     log_.line(level, "deliver." + id, who(vm), text);
   }
   void forget(const session* s) override;
+  const std::set<uint32_t>* vcpu_tids(uint32_t vm) const override {
+    auto it = vms.find(vm);
+    return it != vms.end() ? &it->second.id.vcpu_tids : nullptr;
+  }
 
   std::string who(uint32_t vm) const {
     auto it = vms.find(vm);
@@ -98,9 +102,11 @@ struct delivery_hub::impl : view::session_owner, std::enable_shared_from_this<im
                            : "vm id " + std::to_string(vm);
   }
   std::shared_ptr<session> add(gsock s, transport kind, uint32_t vm, uint32_t cid, uint64_t sid) {
+    // Every peer of the hub is a guest (adopt()'s test sockets stand in
+    // for one).
     view::server_session::params p{vm, sid, static_cast<int>(kind),
                                    std::string(transport_name(kind)), cid,
-                                   kind == transport::serial};
+                                   kind == transport::serial, true};
     auto sess = std::make_shared<session>(shared_from_this(), std::move(s), std::move(p));
     sessions.push_back(sess);
     sess->start();

@@ -10,9 +10,11 @@
 //     unix socket QEMU listens on and checks with SO_PEERCRED that the
 //     listener is that domain's QEMU; the VM is the channel's;
 //   * adopt(): an already connected socket with its VM (tests, benches).
-// Nothing a guest sends names or changes its VM.  When the registry changes,
-// every connection is checked again: a stopped VM's close, and a CID reused
-// by another VM belongs to the new VM only.
+// Nothing a guest sends names or changes its VM, and every connection is a
+// guest's: its event records go through the guest schema (docs/guest.md,
+// "What a guest may see").  When the registry changes, every connection is
+// checked again: a stopped VM's close, and a CID reused by another VM
+// belongs to the new VM only.
 //
 // Bounded per connection: the newest stats frame replaces an unsent older
 // one (a slow reader never grows a queue); event batches are bounded in
@@ -28,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,6 +71,9 @@ struct vm_ident {
   pid_t qemu_pid = 0;
   std::string channel;       // view channel socket path, empty = none
   uint64_t session_id = 0;   // changes with the VM's identity (new process)
+  // Host tids of its vCPU threads: the only tasks a guest may see in
+  // sched.* records (lib/magnet/guest_schema.h).
+  std::set<uint32_t> vcpu_tids;
 };
 
 enum class transport { vsock, serial, test };
