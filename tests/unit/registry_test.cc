@@ -1,5 +1,6 @@
-// The registry's pure parts (domain XML, thread roles) and the vCPU
-// scheduling accountant, on exact synthetic input.
+// The registry's pure parts (thread roles; the domain XML has
+// domain_xml_test.cc) and the vCPU scheduling accountant, on exact
+// synthetic input.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,44 +11,6 @@
 namespace magnet::host {
 namespace {
 
-TEST(Registry, DomainXmlGivesTapsAndVsockCid) {
-  const char* xml = R"(<domain type='kvm'><name>g1</name><devices>
-    <interface type='bridge'><mac address='52:54:00:00:00:01'/><source bridge='br0'/>
-      <target dev='vnet3'/><model type='virtio'/></interface>
-    <interface type="ethernet"><target dev="tapg1b" managed="no"/></interface>
-    <serial type='pty'><target port='0'/></serial>
-    <vsock model='virtio'><cid auto='no' address='7'/></vsock>
-  </devices></domain>)";
-  auto f = parse_domain_xml(xml);
-  EXPECT_EQ(f.taps, (std::vector<std::string>{"vnet3", "tapg1b"}));
-  EXPECT_EQ(f.vsock_cid, 7u);
-  EXPECT_TRUE(parse_domain_xml("<domain/>").taps.empty());
-  EXPECT_EQ(parse_domain_xml("<domain/>").vsock_cid, 0u);
-}
-
-TEST(Registry, ViewChannelAndBandwidthFromDomainXml) {
-  const std::string xml = R"(<domain><devices>
-    <interface type='bridge'><target dev='vnet3'/>
-      <bandwidth><inbound average='2500' peak='5000'/><outbound average='1250'/></bandwidth>
-    </interface>
-    <interface type='bridge'><target dev='vnet4'/></interface>
-    <channel type='unix'><source mode='bind' path='/run/x/ctl.sock'/>
-      <target type='virtio' name='org.magnet.ctl.0'/></channel>
-    <channel type='unix'><source path='/run/x/view.sock' mode='bind'/>
-      <target type='virtio' name='org.magnet.view.0'/></channel>
-  </devices></domain>)";
-  auto f = parse_domain_xml(xml);
-  EXPECT_EQ(f.view_channel, "/run/x/view.sock") << "the channel with magnet's name, not another";
-  EXPECT_DOUBLE_EQ(f.allowance_rx_bps, 20e6) << "inbound 2500 kB/s";
-  EXPECT_DOUBLE_EQ(f.allowance_tx_bps, 10e6) << "outbound 1250 kB/s";
-  // QEMU connecting out (mode connect) is not a channel the daemon can dial.
-  auto c = parse_domain_xml(R"(<domain><devices><channel type='unix'>
-    <source mode='connect' path='/tmp/v.sock'/><target type='virtio' name='org.magnet.view.0'/>
-    </channel></devices></domain>)");
-  EXPECT_EQ(c.view_channel, "");
-  EXPECT_EQ(parse_domain_xml("<domain/>").allowance_tx_bps, 0);
-}
-
 TEST(Registry, ThreadRolesFromQemuThreadNames) {
   EXPECT_EQ(classify_thread(10, "CPU 0/KVM", 5).role, "vcpu");
   EXPECT_EQ(classify_thread(10, "CPU 12/TCG", 5).vcpu, 12);
@@ -56,6 +19,21 @@ TEST(Registry, ThreadRolesFromQemuThreadNames) {
   EXPECT_EQ(classify_thread(10, "vhost-6", 5).role, "emulator") << "another VM's worker";
   EXPECT_EQ(classify_thread(10, "qemu-system-x86", 5).role, "emulator");
   EXPECT_EQ(classify_thread(10, "CPU x/KVM", 5).role, "emulator");
+  EXPECT_EQ(classify_thread(10, "CPU 1/XYZ", 5).role, "emulator");
+  EXPECT_EQ(classify_thread(10, "CPU 1/KVMX", 5).role, "emulator");
+  EXPECT_EQ(classify_thread(10, "CPU /KVM", 5).role, "emulator");
+}
+
+// Names that std::stoi threw on (out of range) or read wrongly: never a
+// vCPU, never an exception.
+TEST(Registry, ThreadNamesOutOfRangeAreNotVcpus) {
+  for (const char* comm : {"CPU 99999999999/KVM", "CPU -1/KVM", "CPU +1/KVM", "CPU 1 /KVM", "CPU 0x1/TCG"}) {
+    vm_thread t;
+    EXPECT_NO_THROW(t = classify_thread(10, comm, 5)) << comm;
+    EXPECT_EQ(t.role, "emulator") << comm;
+    EXPECT_EQ(t.vcpu, -1) << comm;
+  }
+  EXPECT_EQ(classify_thread(10, "CPU 2147483647/KVM", 5).vcpu, 2147483647);
 }
 
 TEST(Registry, OwnProcessThreadsAreListed) {

@@ -2,15 +2,20 @@
 // as `magnet host` runs them: the registry follows libvirt in its own thread
 // and posts each change to a Boost.Asio loop on another, while a third reads
 // its state.  libvirt's test driver (test:///default, inside this process,
-// one running domain "test") stands in for libvirtd; this test starts and
-// stops that domain many times.  Run under ThreadSanitizer by tools/test.
+// one running domain "test") stands in for libvirtd; the tests start and
+// stop that domain many times and define others of their own (undefined
+// again at their end).  Run under ThreadSanitizer by tools/test.
 #include <gtest/gtest.h>
 #include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
 
 #include <atomic>
 #include <cstdio>
 #include <chrono>
 #include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -136,6 +141,235 @@ TEST(RegistryThread, FollowsDomainsStartingAndStoppingWhileAnotherThreadReads) {
   EXPECT_GT(reads.load(), kRounds);
   EXPECT_TRUE(reg.connected());
   virDomainFree(d);
+  virConnectClose(c);
+}
+
+
+// A domain of the test driver, defined and started with @devices (and
+// @metadata); undefined again by ~test_domain.
+struct test_domain {
+  test_domain(virConnectPtr c, const std::string& name, const std::string& devices,
+              const std::string& metadata = "") {
+    const std::string xml = "<domain type='test'><name>" + name + "</name>" + metadata +
+                            "<memory>1024</memory><os><type>hvm</type></os><devices>" + devices +
+                            "</devices></domain>";
+    d = virDomainDefineXML(c, xml.c_str());
+    if (d && virDomainCreate(d) != 0) {
+      virDomainUndefine(d);
+      virDomainFree(d);
+      d = nullptr;
+    }
+  }
+  ~test_domain() {
+    if (!d) return;
+    if (virDomainIsActive(d) == 1) virDomainDestroy(d);
+    virDomainUndefine(d);
+    virDomainFree(d);
+  }
+  std::string uuid() const {
+    char u[VIR_UUID_STRING_BUFLEN] = {};
+    virDomainGetUUIDString(d, u);
+    return u;
+  }
+  virDomainPtr d = nullptr;
+};
+
+std::optional<vm_info> named(const std::vector<vm_info>& vms, const std::string& name) {
+  for (const auto& vm : vms)
+    if (vm.name == name) return vm;
+  return {};
+}
+
+// Sets the inbound average (kB/s) of the test domain's interface: a change
+// of its live description that libvirt's test driver announces with no
+// event (it cannot hot-plug: attach and detach are unsupported there), so
+// only a pass or a device event can find it.
+void set_inbound(virDomainPtr d, unsigned kbytes) {
+  virTypedParameterPtr p = nullptr;
+  int n = 0, max = 0;
+  ASSERT_EQ(virTypedParamsAddUInt(&p, &n, &max, VIR_DOMAIN_BANDWIDTH_IN_AVERAGE, kbytes), 0);
+  ASSERT_EQ(virDomainSetInterfaceParameters(d, "testnet0", p, n, VIR_DOMAIN_AFFECT_LIVE), 0);
+  virTypedParamsFree(p, n);
+}
+
+// libvirt's device events call devices_changed() for their domain; the test
+// driver cannot emit them, so the test calls it as they would.  With a
+// period of an hour, only that call can make the registry see the change.
+TEST(RegistryThread, DeviceEventDescribesItsDomainAtOnceNotAtThePeriod) {
+  asio::io_context io;
+  posting_tagger t(io);
+  registry reg("test:///default", t, std::chrono::hours(1));
+  reg.start();  // its first pass is whole; the next is due in an hour
+  ASSERT_TRUE(run_until(io, [&] { return t.vms.size() == 1; }));
+  virConnectPtr c = virConnectOpen("test:///default");
+  ASSERT_NE(c, nullptr);
+  virDomainPtr d = virDomainLookupByName(c, "test");
+  ASSERT_NE(d, nullptr);
+  char uuid[VIR_UUID_STRING_BUFLEN] = {};
+  virDomainGetUUIDString(d, uuid);
+  const int changed = t.changed;
+  set_inbound(d, 1000);
+  // Control: nothing tells the registry, so it sees nothing for the period.
+  run_until(io, [&] { return t.changed != changed; }, 2);
+  EXPECT_EQ(t.changed, changed) << "a pass ran although the period is an hour: " << t.changes;
+  auto t0 = std::chrono::steady_clock::now();
+  reg.devices_changed(uuid);
+  ASSERT_TRUE(run_until(io, [&] { return t.changed != changed; }, 5)) << "the device event was not acted on";
+  auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("device event to the tagger's change: %.1f ms\n", ms);
+  EXPECT_LT(ms, 1000) << "the device event waited";
+  EXPECT_DOUBLE_EQ(t.vms.begin()->second.allowance_rx_bps, 8e6) << "inbound 1000 kB/s";
+  EXPECT_EQ(t.changed, changed + 1) << t.changes;
+  reg.stop();
+  set_inbound(d, 0);
+  virDomainFree(d);
+  virConnectClose(c);
+}
+
+// A tenant who can write its domain's <metadata> (through a management
+// layer) claims CID 9; its vsock device has 7.  (libvirt keeps a metadata
+// element in a default namespace as written; the regex reader took 9.)
+TEST(RegistryThread, MetadataImpostorIsNotTheVmsCid) {
+  asio::io_context io;
+  posting_tagger t(io);
+  registry reg("test:///default", t);
+  virConnectPtr c = virConnectOpen("test:///default");
+  ASSERT_NE(c, nullptr);
+  test_domain imp(c, "impostor", "<vsock model='virtio'><cid auto='no' address='7'/></vsock>",
+                  "<metadata><info xmlns='urn:tenant'><devices><vsock><cid address='9'/></vsock></devices>"
+                  "<vsock><cid address='9'/></vsock></info></metadata>");
+  ASSERT_NE(imp.d, nullptr) << virGetLastErrorMessage();
+  ASSERT_TRUE(reg.reconcile());
+  auto vm = named(reg.vms(), "impostor");
+  ASSERT_TRUE(vm);
+  EXPECT_EQ(vm->vsock_cid, 7u);
+  auto owner = reg.cid_owner(7);
+  ASSERT_TRUE(owner) << owner.err().message;
+  EXPECT_EQ(*owner, vm->vm_id);
+  owner = reg.cid_owner(9);
+  ASSERT_TRUE(owner) << owner.err().message;
+  EXPECT_EQ(*owner, 0u);
+  virConnectClose(c);
+}
+
+// cid_owner() answers from the domain's live description, not from what
+// the registry last saw: here the registry's thread does not run, so only
+// that read can know the CID moved.
+TEST(RegistryThread, CidOwnerReadsTheLiveDescription) {
+  asio::io_context io;
+  posting_tagger t(io);
+  registry reg("test:///default", t);
+  auto none = reg.cid_owner(7);
+  EXPECT_TRUE(none && *none == 0) << "no VM known with the CID: no one's, without asking libvirt";
+  virConnectPtr c = virConnectOpen("test:///default");
+  ASSERT_NE(c, nullptr);
+  auto moved = std::make_unique<test_domain>(c, "mover", "<vsock model='virtio'><cid auto='no' address='7'/></vsock>");
+  ASSERT_NE(moved->d, nullptr) << virGetLastErrorMessage();
+  ASSERT_TRUE(reg.reconcile());
+  auto vm = named(reg.vms(), "mover");
+  ASSERT_TRUE(vm);
+  const uint32_t id = vm->vm_id;
+  auto owner = [&](uint32_t cid) {
+    auto o = reg.cid_owner(cid);
+    EXPECT_TRUE(o) << o.err().message;
+    return o ? *o : ~0u;
+  };
+  EXPECT_EQ(owner(7), id);
+  EXPECT_EQ(owner(8), 0u);
+  // Stopped: the registry still says 7, libvirt says not running.
+  ASSERT_EQ(virDomainDestroy(moved->d), 0);
+  EXPECT_EQ(named(reg.vms(), "mover").value_or(vm_info{}).vsock_cid, 7u) << "not seen yet";
+  EXPECT_EQ(owner(7), 0u);
+  // Running again with CID 8 (its vsock device replaced): 7 is no one's
+  // now, and 8 is no one's until the registry has seen the domain with it.
+  const std::string uuid = moved->uuid();
+  const std::string xml = "<domain type='test'><name>mover</name><uuid>" + uuid +
+                          "</uuid><memory>1024</memory><os><type>hvm</type></os><devices>"
+                          "<vsock model='virtio'><cid auto='no' address='8'/></vsock></devices></domain>";
+  virDomainPtr again = virDomainDefineXML(c, xml.c_str());
+  ASSERT_NE(again, nullptr) << virGetLastErrorMessage();
+  ASSERT_EQ(virDomainCreate(again), 0);
+  virDomainFree(again);
+  EXPECT_EQ(owner(7), 0u) << "the registry's stale CID is not confirmed";
+  EXPECT_EQ(owner(8), 0u);
+  ASSERT_TRUE(reg.reconcile());
+  EXPECT_EQ(owner(8), id);
+  EXPECT_EQ(owner(7), 0u);
+  // From another thread while the registry's own thread follows the
+  // domain stopping and starting: never another VM's id.
+  ASSERT_TRUE(run_until(io, [&] { return t.vms.size() == 2; }));
+  const int gone = t.gone, appeared = t.appeared;
+  reg.start();
+  std::atomic<bool> done{false};
+  std::atomic<int> asked{0}, confirmed{0};
+  std::thread asker([&] {
+    while (!done) {
+      auto o = reg.cid_owner(8);
+      if (o && *o != 0 && *o != id) ADD_FAILURE() << "CID 8 given to vm " << *o;
+      confirmed += o && *o == id;
+      ++asked;
+    }
+  });
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(virDomainDestroy(moved->d), 0);
+    ASSERT_TRUE(run_until(io, [&] { return t.gone > gone + i; }));
+    ASSERT_EQ(virDomainCreate(moved->d), 0);
+    ASSERT_TRUE(run_until(io, [&] { return t.appeared > appeared + i; }));
+  }
+  done = true;
+  asker.join();
+  reg.stop();
+  EXPECT_GT(confirmed.load(), 0) << asked.load() << " asked";
+  std::printf("cid_owner from another thread: %d asked, %d confirmed\n", asked.load(), confirmed.load());
+  virConnectClose(c);
+}
+
+// Nothing thrown on the registry thread ends it (std::terminate would end
+// the daemon), and the VM the failed pass found still reaches the tagger.
+TEST(RegistryThread, AThrowingPassIsLoggedAndTheNextOneTellsEveryVm) {
+  asio::io_context io;
+  struct throwing_tagger : posting_tagger {
+    using posting_tagger::posting_tagger;
+    void vm_changed(const vm_info& vm) override {
+      if (throws.fetch_sub(1) > 0) throw std::runtime_error("tagger failed on purpose");
+      posting_tagger::vm_changed(vm);
+    }
+    std::atomic<int> throws{1};
+  } t(io);
+  registry reg("test:///default", t, std::chrono::hours(1));
+  reg.start();  // its first pass throws
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (t.throws.load() > 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_LE(t.throws.load(), 0) << "the first pass did not reach the tagger";
+  ASSERT_EQ(reg.vms().size(), 1u) << "the pass knew the VM when the tagger threw";
+  reg.devices_changed(reg.vms().front().uuid);
+  EXPECT_TRUE(run_until(io, [&] { return t.vms.size() == 1; }, 5))
+      << "the VM the failed pass found never reached the tagger";
+  reg.stop();
+}
+
+// Descriptions the reader refuses (here a CID libvirt's test driver takes
+// but no guest can have): the pass goes on, logs it, lists the others.
+TEST(RegistryThread, ARefusedDescriptionIsLoggedNeverThrown) {
+  asio::io_context io;
+  posting_tagger t(io);
+  registry reg("test:///default", t);
+  virConnectPtr c = virConnectOpen("test:///default");
+  ASSERT_NE(c, nullptr);
+  test_domain any(c, "cid-any", "<vsock model='virtio'><cid auto='no' address='4294967295'/></vsock>");
+  ASSERT_NE(any.d, nullptr) << virGetLastErrorMessage();
+  test_domain tap(c, "bad-tap", "<interface type='ethernet'><target dev='a/b'/></interface>");
+  ASSERT_NE(tap.d, nullptr) << virGetLastErrorMessage();
+  status s;
+  EXPECT_NO_THROW(s = reg.reconcile());
+  EXPECT_TRUE(s) << s.err().message;
+  const auto vms = reg.vms();
+  EXPECT_TRUE(named(vms, "test"));
+  EXPECT_FALSE(named(vms, "cid-any"));
+  EXPECT_FALSE(named(vms, "bad-tap"));
+  auto o = reg.cid_owner(4294967295u);
+  EXPECT_TRUE(o && *o == 0);
   virConnectClose(c);
 }
 

@@ -6,12 +6,15 @@
 #include <libvirt/virterror.h>
 #include <net/if.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <fstream>
-#include <regex>
-#include <sstream>
+#include <memory>
+#include <optional>
 
 #include "magnet/log.h"
 #include "magnet/control.h"
@@ -70,62 +73,134 @@ std::vector<vm_tap> resolve_taps(pid_t pid, const std::vector<std::string>& name
   return out;
 }
 
+// A decimal process or thread id, 0 when @s is anything else.
+pid_t pid_of(std::string_view s) {
+  pid_t p = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), p);
+  return ec == std::errc{} && end == s.data() + s.size() && p > 0 ? p : 0;
+}
+
+// QEMU names vCPU threads "CPU <n>/<accelerator>".
+std::optional<int> vcpu_index(std::string_view comm) {
+  if (!comm.starts_with("CPU ")) return {};
+  comm.remove_prefix(4);
+  auto slash = comm.find('/');
+  if (slash == std::string_view::npos || slash == 0) return {};
+  std::string_view num = comm.substr(0, slash), acc = comm.substr(slash + 1);
+  if (acc != "KVM" && acc != "TCG" && acc != "HVF" && acc != "WHPX") return {};
+  if (num.front() < '0' || num.front() > '9') return {};
+  int n = 0;
+  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), n);
+  if (ec != std::errc{} || end != num.data() + num.size()) return {};
+  return n;
+}
+
 void quiet_libvirt(void*, virErrorPtr) {}  // errors are reported by our messages
+
+// What libvirt says of one running domain.  Without a usable description
+// (@no_xml: libvirt gave none; @xml_error: this reader refused it) the
+// facts of the XML and of the process are missing from @vm.
+struct description {
+  vm_info vm;
+  bool no_xml = false;
+  std::string xml_error;
+  bool usable() const { return !no_xml && xml_error.empty(); }
+};
+
+// The QEMU process's threads by role and their cgroups.
+void describe_process(vm_info& vm) {
+  vm.threads = qemu_threads(vm.qemu_pid);
+  // Every hierarchy's path is reported; the unified (v2) ones are what the
+  // kernel's cgroup ids refer to, so only they are tagged.
+  std::string root = cgroup2_mount();
+  std::set<std::string> all, v2s;
+  for (const auto& t : vm.threads) {
+    std::string v2;
+    for (auto& c : cgroups_of(t.tid, v2)) all.insert(c);
+    if (!v2.empty() && v2 != "/") v2s.insert(v2);  // never tag the root cgroup
+  }
+  vm.cgroups.assign(all.begin(), all.end());
+  for (const auto& p : v2s) {
+    struct stat st;
+    if (!root.empty() && stat((root + p).c_str(), &st) == 0) vm.cgroup_ids.insert(st.st_ino);
+  }
+}
+
+description describe(virDomainPtr d) {
+  description r;
+  vm_info& vm = r.vm;
+  char uuid[VIR_UUID_STRING_BUFLEN] = {};
+  virDomainGetUUIDString(d, uuid);
+  vm.uuid = uuid;
+  const char* name = virDomainGetName(d);
+  vm.name = name ? name : "";
+  vm.libvirt_id = static_cast<int>(virDomainGetID(d));
+  vm.qemu_pid = vm.name.empty() ? 0 : pid_of(read_line("/run/libvirt/qemu/" + vm.name + ".pid"));
+  char* xml = virDomainGetXMLDesc(d, 0);
+  if (!xml) {
+    r.no_xml = true;
+    return r;
+  }
+  auto facts = parse_domain_xml(xml);
+  free(xml);
+  if (!facts) {
+    r.xml_error = facts.err().message;
+    return r;
+  }
+  vm.vsock_cid = facts->vsock_cid;
+  vm.view_channel = facts->view_channel;
+  vm.allowance_tx_bps = facts->allowance_tx_bps;
+  vm.allowance_rx_bps = facts->allowance_rx_bps;
+  if (vm.qemu_pid) {
+    vm.taps = resolve_taps(vm.qemu_pid, facts->taps);
+    describe_process(vm);
+  }
+  return r;
+}
+
+// libvirt calls these on the registry thread, inside virEventRunDefaultImpl:
+// they only record what to do, which run() does once the call returns.
+int on_lifecycle(virConnectPtr, virDomainPtr, int, int, void* self) {
+  static_cast<std::atomic<bool>*>(self)->store(true);
+  return 0;
+}
+
+template <bool added>
+void on_device(virConnectPtr, virDomainPtr d, const char* alias, void* self) {
+  char uuid[VIR_UUID_STRING_BUFLEN] = {};
+  if (virDomainGetUUIDString(d, uuid) != 0) return;
+  if (log_verbosity() >= 2) {
+    const char* name = virDomainGetName(d);
+    log_line(2, std::string("magnet-host: [registry.device] domain ") + (name ? name : uuid) +
+                    ": device " + (alias ? alias : "?") + (added ? " added" : " removed") +
+                    "; describing it again");
+  }
+  static_cast<registry*>(self)->devices_changed(uuid);
+}
+
+// References of their own to a connection and a domain, released when
+// they go.
+struct conn_release {
+  void operator()(virConnectPtr c) const { virConnectClose(c); }
+};
+struct domain_release {
+  void operator()(virDomainPtr d) const { virDomainFree(d); }
+};
+using conn_ref = std::unique_ptr<virConnect, conn_release>;
+using domain_ref = std::unique_ptr<virDomain, domain_release>;
+
+std::string libvirt_message() {
+  virErrorPtr e = virGetLastError();
+  return e && e->message ? e->message : "unknown error";
+}
 
 }  // namespace
 
-domain_xml_facts parse_domain_xml(const std::string& xml) {
-  domain_xml_facts f;
-  static const std::regex iface(R"(<interface\b[\s\S]*?</interface>)");
-  static const std::regex target(R"(<target\s+dev=['"]([^'"]+)['"])");
-  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), iface); it != std::sregex_iterator();
-       ++it) {
-    std::smatch m;
-    std::string block = it->str();
-    if (std::regex_search(block, m, target)) f.taps.push_back(m[1]);
-  }
-  static const std::regex vsock(R"(<vsock\b[\s\S]*?<cid\b[^>]*address=['"](\d+)['"])");
-  std::smatch m;
-  if (std::regex_search(xml, m, vsock)) f.vsock_cid = static_cast<uint32_t>(std::stoul(m[1]));
-  // The view channel: a unix channel QEMU listens on (mode bind) whose
-  // virtio target has magnet's name; the daemon connects to it.
-  static const std::regex channel(R"(<channel\b[^>]*type=['"]unix['"][\s\S]*?</channel>)");
-  static const std::regex bind_path(R"(<source\b[^>]*mode=['"]bind['"][^>]*path=['"]([^'"]+)['"])");
-  static const std::regex path_bind(R"(<source\b[^>]*path=['"]([^'"]+)['"][^>]*mode=['"]bind['"])");
-  const std::regex name(std::string(R"(<target\b[^>]*name=['"])") + kViewChannelName + "['\"]");
-  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), channel); it != std::sregex_iterator();
-       ++it) {
-    std::string block = it->str();
-    if (!std::regex_search(block, name)) continue;
-    if (std::regex_search(block, m, bind_path) || std::regex_search(block, m, path_bind)) {
-      f.view_channel = m[1];
-      break;
-    }
-  }
-  // <bandwidth> of each interface: average in kilobytes/s (libvirt hands it
-  // to tc as "kbps", 8000 bit/s each).  inbound = to the guest (its RX).
-  static const std::regex bw(R"(<bandwidth\b[\s\S]*?</bandwidth>)");
-  static const std::regex in(R"(<inbound\b[^>]*average=['"](\d+)['"])");
-  static const std::regex out(R"(<outbound\b[^>]*average=['"](\d+)['"])");
-  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), iface); it != std::sregex_iterator();
-       ++it) {
-    std::string block = it->str();
-    std::smatch b;
-    if (!std::regex_search(block, b, bw)) continue;
-    std::string bws = b.str();
-    if (std::regex_search(bws, m, in)) f.allowance_rx_bps += 8000.0 * std::stod(m[1]);
-    if (std::regex_search(bws, m, out)) f.allowance_tx_bps += 8000.0 * std::stod(m[1]);
-  }
-  return f;
-}
-
 vm_thread classify_thread(pid_t tid, const std::string& comm, pid_t qemu_pid) {
   vm_thread t{tid, "emulator", -1, comm};
-  static const std::regex vcpu(R"(^CPU (\d+)/(KVM|TCG|HVF|WHPX)$)");
-  std::smatch m;
-  if (std::regex_match(comm, m, vcpu)) {
+  if (auto n = vcpu_index(comm)) {
     t.role = "vcpu";
-    t.vcpu = std::stoi(m[1]);
+    t.vcpu = *n;
   } else if (comm.rfind("IO ", 0) == 0 || comm.rfind("iothread", 0) == 0) {
     t.role = "iothread";
   } else if (comm == "vhost-" + std::to_string(qemu_pid)) {
@@ -139,9 +214,8 @@ std::vector<vm_thread> qemu_threads(pid_t qemu_pid) {
   std::string task = "/proc/" + std::to_string(qemu_pid) + "/task";
   if (DIR* d = opendir(task.c_str())) {
     while (auto* e = readdir(d)) {
-      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      pid_t tid = std::atoi(e->d_name);
-      out.push_back(classify_thread(tid, read_line(task + "/" + e->d_name + "/comm"), qemu_pid));
+      pid_t tid = pid_of(e->d_name);
+      if (tid) out.push_back(classify_thread(tid, read_line(task + "/" + e->d_name + "/comm"), qemu_pid));
     }
     closedir(d);
   }
@@ -150,9 +224,8 @@ std::vector<vm_thread> qemu_threads(pid_t qemu_pid) {
   const std::string want = "vhost-" + std::to_string(qemu_pid);
   if (DIR* d = opendir("/proc")) {
     while (auto* e = readdir(d)) {
-      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      pid_t pid = std::atoi(e->d_name);
-      if (pid == qemu_pid) continue;
+      pid_t pid = pid_of(e->d_name);
+      if (!pid || pid == qemu_pid) continue;
       if (read_line(std::string("/proc/") + e->d_name + "/comm") == want)
         out.push_back({pid, "vhost", -1, want});
     }
@@ -162,7 +235,12 @@ std::vector<vm_thread> qemu_threads(pid_t qemu_pid) {
   return out;
 }
 
-registry::registry(std::string uri, vm_tagger& tagger) : uri_(std::move(uri)), tagger_(tagger) {
+registry::registry(std::string uri, vm_tagger& tagger, std::chrono::milliseconds period)
+    : uri_(std::move(uri)),
+      tagger_(tagger),
+      period_(period),
+      // Without it the thread still runs, and wakes at the period.
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   static std::once_flag once;
   std::call_once(once, [] {
     virInitialize();
@@ -174,23 +252,34 @@ registry::registry(std::string uri, vm_tagger& tagger) : uri_(std::move(uri)), t
 registry::~registry() {
   stop();
   disconnect();
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 status registry::connect() {
   if (conn_) return {};
   virConnectPtr c = virConnectOpen(uri_.c_str());
-  if (!c) {
-    virErrorPtr e = virGetLastError();
-    return error{"libvirt at " + uri_ + " unavailable: " + (e && e->message ? e->message : "?")};
+  if (!c) return error{"libvirt at " + uri_ + " unavailable: " + libvirt_message()};
+  {
+    std::lock_guard lk(conn_mu_);
+    conn_ = c;
   }
-  conn_ = c;
   virConnectSetKeepAlive(c, 5, 3);
-  lifecycle_cb_ = virConnectDomainEventRegisterAny(
-      c, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
-      // Nothing to record: dispatching the event ends virEventRunDefaultImpl,
-      // and run() reconciles right after it.
-      VIR_DOMAIN_EVENT_CALLBACK(+[](virConnectPtr, virDomainPtr, int, int, void*) { return 0; }),
-      nullptr, nullptr);
+  callbacks_.push_back(virConnectDomainEventRegisterAny(
+      c, nullptr, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), &lifecycle_,
+      nullptr));
+  // A hot-(un)plugged device, a vsock device above all, changes what the
+  // VM is at once: waiting for the next pass would leave an unplugged CID
+  // with its old VM that long.
+  int removed = virConnectDomainEventRegisterAny(c, nullptr, VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
+                                                 VIR_DOMAIN_EVENT_CALLBACK(on_device<false>), this, nullptr);
+  int added = virConnectDomainEventRegisterAny(c, nullptr, VIR_DOMAIN_EVENT_ID_DEVICE_ADDED,
+                                               VIR_DOMAIN_EVENT_CALLBACK(on_device<true>), this, nullptr);
+  if (removed < 0 || added < 0)
+    log_line(1, "magnet-host: [registry.events] libvirt at " + uri_ +
+                    " gives no device events; hot-plugged devices are seen within " +
+                    std::to_string(period_.count()) + " ms");
+  callbacks_.push_back(removed);
+  callbacks_.push_back(added);
   virConnectRegisterCloseCallback(
       c,
       [](virConnectPtr, int, void* self) {
@@ -202,14 +291,25 @@ status registry::connect() {
 }
 
 void registry::disconnect() {
-  if (!conn_) return;
-  auto c = static_cast<virConnectPtr>(conn_);
-  if (lifecycle_cb_ >= 0) virConnectDomainEventDeregisterAny(c, lifecycle_cb_);
+  virConnectPtr c;
+  {
+    std::lock_guard lk(conn_mu_);
+    c = static_cast<virConnectPtr>(conn_);
+    conn_ = nullptr;
+  }
+  if (!c) return;
+  for (int id : callbacks_)
+    if (id >= 0) virConnectDomainEventDeregisterAny(c, id);
+  callbacks_.clear();
   virConnectUnregisterCloseCallback(c, nullptr);
   virConnectClose(c);
-  conn_ = nullptr;
-  lifecycle_cb_ = -1;
   connected_ = false;
+}
+
+void* registry::connection_ref() const {
+  std::lock_guard lk(conn_mu_);
+  if (!conn_ || virConnectRef(static_cast<virConnectPtr>(conn_)) != 0) return nullptr;
+  return conn_;
 }
 
 uint32_t registry::id_for(const std::string& uuid) {
@@ -231,6 +331,18 @@ uint32_t registry::id_for(const std::string& uuid) {
   return 0;
 }
 
+// A description this reader refuses is logged once per domain until its
+// error changes; what was known of the domain stays (as when libvirt gives
+// none), since libvirt writes well-formed descriptions and a refusal is a
+// bug to see, not a reason to drop the VM.
+void registry::note_xml_error(const vm_info& vm, const std::string& why) {
+  auto& last = xml_errors_[vm.uuid];
+  if (last != why)
+    log_line(1, "magnet-host: [registry.xml] domain " + vm.name + " (" + vm.uuid + "): " + why +
+                    "; what the registry knew of it stays (nothing, if it is new)");
+  last = why;
+}
+
 status registry::reconcile() {
   if (conn_ && !connected_) {
     log_line(1, "magnet-host: [registry.lost] connection to " + uri_ + " lost; reconnecting");
@@ -240,7 +352,8 @@ status registry::reconcile() {
     auto s = connect();
     if (!s) {
       if (s.err().message != last_error_)
-        log_line(1, "magnet-host: [registry.down] " + s.err().message + "; retrying every second");
+        log_line(1, "magnet-host: [registry.down] " + s.err().message + "; retrying every " +
+                        std::to_string(period_.count()) + " ms");
       last_error_ = s.err().message;
       return s;
     }
@@ -257,67 +370,73 @@ status registry::reconcile() {
   }
   std::map<std::string, vm_info> now;
   for (int i = 0; i < n; ++i) {
-    virDomainPtr d = doms[i];
-    char uuid[VIR_UUID_STRING_BUFLEN] = {};
-    virDomainGetUUIDString(d, uuid);
-    vm_info vm;
-    vm.uuid = uuid;
-    vm.name = virDomainGetName(d);
-    vm.libvirt_id = static_cast<int>(virDomainGetID(d));
-    std::string pidf = read_line("/run/libvirt/qemu/" + vm.name + ".pid");
-    vm.qemu_pid = pidf.empty() ? 0 : std::atoi(pidf.c_str());
-    char* xml = virDomainGetXMLDesc(d, 0);
-    if (!xml) {
-      // No description, so no CID, channel or taps: not a change of the
-      // domain but of libvirt (a libvirtd going away answers the list and
-      // then fails this; the domain may also have just stopped).  What was
-      // known stays as it was this round; a domain not known yet waits
-      // for the next.  Taking the empty facts as the domain's would close
-      // its guest's sessions ("no longer has CID N") for nothing.
-      {
-        std::lock_guard lk(mu_);
-        if (auto it = by_uuid_.find(vm.uuid); it != by_uuid_.end()) now.emplace(vm.uuid, it->second);
-      }
-      virDomainFree(d);
+    domain_ref d(doms[i]);
+    auto dsc = describe(d.get());
+    if (dsc.usable()) {
+      xml_errors_.erase(dsc.vm.uuid);
+      now.emplace(dsc.vm.uuid, std::move(dsc.vm));
       continue;
     }
-    auto facts = parse_domain_xml(xml);
-    free(xml);
-    vm.vsock_cid = facts.vsock_cid;
-    vm.view_channel = facts.view_channel;
-    vm.allowance_tx_bps = facts.allowance_tx_bps;
-    vm.allowance_rx_bps = facts.allowance_rx_bps;
-    if (vm.qemu_pid) vm.taps = resolve_taps(vm.qemu_pid, facts.taps);
-    if (vm.qemu_pid) {
-      vm.threads = qemu_threads(vm.qemu_pid);
-      // Every hierarchy's path is reported; the unified (v2) ones are what
-      // the kernel's cgroup ids refer to, so only they are tagged.
-      std::string root = cgroup2_mount();
-      std::set<std::string> all, v2s;
-      for (const auto& t : vm.threads) {
-        std::string v2;
-        for (auto& c : cgroups_of(t.tid, v2)) all.insert(c);
-        if (!v2.empty() && v2 != "/") v2s.insert(v2);  // never tag the root cgroup
-      }
-      vm.cgroups.assign(all.begin(), all.end());
-      for (const auto& p : v2s) {
-        struct stat st;
-        if (!root.empty() && stat((root + p).c_str(), &st) == 0) vm.cgroup_ids.insert(st.st_ino);
-      }
-    }
-    virDomainFree(d);
-    now.emplace(vm.uuid, std::move(vm));
+    // No usable description, so no CID, channel or taps: not a change of
+    // the domain but of libvirt (a libvirtd going away answers the list
+    // and then fails this; the domain may also have just stopped).  What
+    // was known stays as it was this round; a domain not known yet waits
+    // for the next.  Taking the empty facts as the domain's would close
+    // its guest's sessions ("no longer has CID N") for nothing.
+    if (!dsc.xml_error.empty()) note_xml_error(dsc.vm, dsc.xml_error);
+    std::lock_guard lk(mu_);
+    if (auto it = by_uuid_.find(dsc.vm.uuid); it != by_uuid_.end()) now.emplace(dsc.vm.uuid, it->second);
   }
   free(doms);
+  std::erase_if(xml_errors_, [&](auto& kv) { return !now.count(kv.first); });
+  commit(std::move(now));
+  return {};
+}
 
+// One domain described again: the others stay as the last pass left them.
+status registry::refresh(const std::string& uuid) {
+  if (!conn_ || !connected_) return reconcile();
+  auto c = static_cast<virConnectPtr>(conn_);
+  std::map<std::string, vm_info> now;
+  {
+    std::lock_guard lk(mu_);
+    now = by_uuid_;
+  }
+  domain_ref d(virDomainLookupByUUIDString(c, uuid.c_str()));
+  if (!d) {
+    virErrorPtr e = virGetLastError();
+    if (!e || e->code != VIR_ERR_NO_DOMAIN)
+      return error{"looking up domain " + uuid + " at " + uri_ + " failed: " + libvirt_message()};
+    now.erase(uuid);  // undefined since the event
+  } else {
+    int active = virDomainIsActive(d.get());
+    if (active < 0) return error{"domain " + uuid + " at " + uri_ + ": " + libvirt_message()};
+    if (active == 0) {
+      now.erase(uuid);
+    } else if (auto dsc = describe(d.get()); dsc.usable()) {
+      xml_errors_.erase(uuid);
+      now[uuid] = std::move(dsc.vm);
+    } else if (!dsc.xml_error.empty()) {
+      note_xml_error(dsc.vm, dsc.xml_error);  // what was known stays, as in reconcile()
+    }
+  }
+  commit(std::move(now));
+  return {};
+}
+
+// @now: every running VM as described now.  Tells the tagger what differs
+// from what it was told, or everything after a pass that threw (the tagger
+// may have missed some of what that pass found).
+void registry::commit(std::map<std::string, vm_info> now) {
   std::vector<vm_info> changed;
   std::vector<uint32_t> gone;
+  const bool all = resync_;
   {
     std::lock_guard lk(mu_);
     for (auto& [uuid, vm] : now) {
       vm.vm_id = id_for(uuid);
       auto it = by_uuid_.find(uuid);
-      if (it == by_uuid_.end()) {
+      if (it == by_uuid_.end() || all) {
         changed.push_back(vm);
       } else if (!(it->second == vm)) {
         // A restart is a new process: the old one is gone with its state.
@@ -332,7 +451,7 @@ status registry::reconcile() {
   }
   for (uint32_t id : gone) tagger_.vm_gone(id);
   for (const auto& vm : changed) tagger_.vm_changed(vm);
-  return {};
+  resync_ = false;
 }
 
 std::vector<vm_info> registry::vms() const {
@@ -342,16 +461,113 @@ std::vector<vm_info> registry::vms() const {
   return v;
 }
 
+result<uint32_t> registry::cid_owner(uint32_t cid) const {
+  std::string uuid, name;
+  uint32_t id = 0;
+  int n = 0;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [u, vm] : by_uuid_)
+      if (vm.vsock_cid == cid) uuid = u, name = vm.name, id = vm.vm_id, ++n;
+  }
+  if (n == 0 || cid == 0) return 0u;
+  if (n > 1) return error{"CID " + std::to_string(cid) + " is known for " + std::to_string(n) + " domains"};
+  conn_ref c(static_cast<virConnectPtr>(connection_ref()));
+  if (!c) return error{"not connected to libvirt at " + uri_};
+  domain_ref d(virDomainLookupByUUIDString(c.get(), uuid.c_str()));
+  if (!d) {
+    virErrorPtr e = virGetLastError();
+    if (e && e->code == VIR_ERR_NO_DOMAIN) return 0u;
+    return error{"looking up domain " + name + " failed: " + libvirt_message()};
+  }
+  int active = virDomainIsActive(d.get());
+  if (active < 0) return error{"domain " + name + ": " + libvirt_message()};
+  if (active == 0) return 0u;
+  char* xml = virDomainGetXMLDesc(d.get(), 0);
+  if (!xml) return error{"domain " + name + " has no description: " + libvirt_message()};
+  auto f = parse_domain_xml(xml);
+  free(xml);
+  if (!f) return error{"domain " + name + ": " + f.err().message};
+  return f->vsock_cid == cid ? id : 0u;
+}
+
+void registry::devices_changed(const std::string& uuid) {
+  {
+    std::lock_guard lk(pending_mu_);
+    pending_.insert(uuid);
+  }
+  wake();
+}
+
+// Ends the registry thread's wait in virEventRunDefaultImpl now.  An
+// eventfd, not a libvirt timer armed from here: libvirt's event loop (GLib)
+// would then allocate on this thread what the registry thread frees, under
+// GLib's own locks, which ThreadSanitizer cannot see.
+void registry::wake() {
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+// What one turn of the loop does: every domain when the period is over, a
+// domain started or stopped, or the connection is down; else only the
+// domains whose devices changed.
+void registry::pass(std::chrono::steady_clock::time_point& due) {
+  std::set<std::string> devices;
+  {
+    std::lock_guard lk(pending_mu_);
+    devices.swap(pending_);
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (lifecycle_.exchange(false) || now >= due || !connected_) {
+    due = now + period_;
+    (void)reconcile();  // describes the domains in @devices too
+    return;
+  }
+  for (const auto& uuid : devices)
+    if (auto s = refresh(uuid); !s) log_line(2, "magnet-host: [registry.refresh] " + s.err().message);
+}
+
+void registry::failed(const std::string& what) {
+  if (pass_error_ != what)
+    log_line(0, "magnet-host: [registry.error] a pass failed: " + what + "; the next one tells every VM again");
+  pass_error_ = what;
+  resync_ = true;
+}
+
 void registry::run() {
-  // libvirt's event loop runs here; a 1 s timer bounds every iteration, so
-  // lifecycle changes and new threads (vhost workers start late) are picked
-  // up within a second, and stop() is honoured within a second.
-  int timer = virEventAddTimeout(1000, [](int, void*) {}, nullptr, nullptr);
+  // libvirt's event loop runs here.  The period's timer bounds every wait;
+  // wake() (devices_changed() and stop(), from any thread) ends one early.
+  int watch = wake_fd_ < 0 ? -1
+                           : virEventAddHandle(
+                                 wake_fd_, VIR_EVENT_HANDLE_READABLE,
+                                 [](int, int fd, int, void*) {
+                                   uint64_t n;
+                                   (void)!::read(fd, &n, sizeof n);
+                                 },
+                                 nullptr, nullptr);
+  const int period_ms = static_cast<int>(period_.count());
+  int timer = virEventAddTimeout(period_ms, [](int, void*) {}, nullptr, nullptr);
+  auto due = std::chrono::steady_clock::now();  // the thread's first pass is whole
   while (!stop_) {
-    (void)reconcile();
+    // Nothing thrown here may end the thread: std::terminate would take the
+    // daemon with it.  A pass that throws (a bug, memory running out, a
+    // tagger that throws) is logged, and the next one tells the tagger
+    // every VM again.
+    try {
+      pass(due);
+      pass_error_.clear();
+    } catch (const std::exception& e) {
+      failed(e.what());
+    } catch (...) {
+      failed("an exception that is not a std::exception");
+    }
+    // The timer ends the wait when the next whole pass is due.
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(due - std::chrono::steady_clock::now());
+    virEventUpdateTimeout(timer, static_cast<int>(std::clamp<int64_t>(left.count(), 1, period_ms)));
     if (virEventRunDefaultImpl() < 0) usleep(100000);
   }
   virEventRemoveTimeout(timer);
+  if (watch >= 0) virEventRemoveHandle(watch);
 }
 
 void registry::start() {
@@ -361,6 +577,7 @@ void registry::start() {
 
 void registry::stop() {
   stop_ = true;
+  wake();
   if (thread_.joinable()) thread_.join();
 }
 

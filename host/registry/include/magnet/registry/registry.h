@@ -1,17 +1,23 @@
 // The VM registry: what libvirt runs, mapped to what the kernel sees.
 //
 // It connects to libvirt (qemu:///system by default), lists domains,
-// subscribes to lifecycle events and, for each running domain, finds the
-// QEMU process and its threads by role (vCPU n, I/O threads, vhost workers),
-// its taps (name, ifindex), its vsock CID and its cgroups.  A tagger (the
-// capture core) receives each VM as it appears, changes and disappears, so
-// events are tagged with the VM id in the kernel.  A libvirt that is down or
-// restarts does not stop the registry: it says so and reconnects.
+// subscribes to lifecycle and device (hot-plug) events and, for each running
+// domain, finds the QEMU process and its threads by role (vCPU n, I/O
+// threads, vhost workers), its taps (name, ifindex), its vsock CID and its
+// cgroups.  A tagger (the capture core) receives each VM as it appears,
+// changes and disappears, so events are tagged with the VM id in the
+// kernel.  A lifecycle event or the period (1 s) describes every domain
+// again; a device added to or removed from a domain describes that domain
+// at once, so a hot-unplugged vsock device's CID leaves its VM before the
+// next period.  A libvirt that is down or restarts does not stop the
+// registry: it says so and reconnects.  Nothing thrown on its thread ends
+// it (or the process): a pass that throws is logged and the next one runs.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -21,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "magnet/registry/domain_xml.h"
 #include "magnet/result.h"
 
 namespace magnet::host {
@@ -67,15 +74,7 @@ class vm_tagger {
   virtual void vm_gone(uint32_t vm_id) = 0;
 };
 
-// Pure helpers, exposed for tests.
-inline constexpr const char* kViewChannelName = "org.magnet.view.0";
-struct domain_xml_facts {
-  std::vector<std::string> taps;
-  uint32_t vsock_cid = 0;
-  std::string view_channel;  // unix socket path of the view channel
-  double allowance_tx_bps = 0, allowance_rx_bps = 0;  // summed over interfaces
-};
-domain_xml_facts parse_domain_xml(const std::string& xml);
+// Pure helpers, exposed for tests (the domain XML: domain_xml.h).
 // Threads of a QEMU process by role, from /proc/PID/task/*/comm; vhost
 // kernel workers ("vhost-PID", separate processes before 6.4) included.
 std::vector<vm_thread> qemu_threads(pid_t qemu_pid);
@@ -83,15 +82,36 @@ vm_thread classify_thread(pid_t tid, const std::string& comm, pid_t qemu_pid);
 
 class registry {
  public:
-  registry(std::string uri, vm_tagger& tagger);
+  // @period: how often every domain is described again without an event
+  // (new vhost workers, a libvirt that came back); tests make it long.
+  registry(std::string uri, vm_tagger& tagger,
+           std::chrono::milliseconds period = std::chrono::seconds(1));
   ~registry();
   registry(const registry&) = delete;
 
-  void start();  // runs the event loop and a 1 s reconcile in its own thread
+  void start();  // runs the event loop and the periodic pass in its own thread
   void stop();
   // One synchronous pass (connect if needed, list, diff, tag).  Used by
   // start()'s thread and by tests.
   status reconcile();
+
+  // What libvirt's device-added and device-removed events call (on the
+  // registry thread) for the domain of that UUID: the registry thread
+  // describes it again as soon as it runs, not at the next period.  Any
+  // thread may call it (tests do: libvirt's test driver cannot hot-plug).
+  void devices_changed(const std::string& uuid);
+
+  // Which running VM owns vsock CID @cid, as the domain's live description
+  // says now: the VM the registry last saw with @cid, confirmed by reading
+  // that domain's XML from libvirt again, so a CID whose device was
+  // unplugged since (and perhaps given to another domain) has no owner
+  // here even before the registry's own pass has seen the change.
+  // 0 = no running VM has it.  An error when it cannot be confirmed
+  // (libvirt unreachable, a description that does not parse, several VMs
+  // known with @cid): whoever asks must then trust no one with @cid.
+  // Thread-safe; one or two libvirt calls, so it blocks the caller for
+  // their round trip.
+  result<uint32_t> cid_owner(uint32_t cid) const;
 
   std::vector<vm_info> vms() const;
   bool connected() const { return connected_.load(); }
@@ -101,18 +121,34 @@ class registry {
   status connect();
   void disconnect();
   void run();
+  void pass(std::chrono::steady_clock::time_point& due);
+  void failed(const std::string& what);
+  status refresh(const std::string& uuid);
+  void commit(std::map<std::string, vm_info> now);
+  void note_xml_error(const vm_info& vm, const std::string& why);
+  void* connection_ref() const;  // virConnectPtr with a reference of its own, or null
+  void wake();
   uint32_t id_for(const std::string& uuid);
 
   std::string uri_;
   vm_tagger& tagger_;
-  void* conn_ = nullptr;  // virConnectPtr
-  int lifecycle_cb_ = -1;
-  std::atomic<bool> connected_{false}, stop_{false};
+  std::chrono::milliseconds period_;
+  mutable std::mutex conn_mu_;  // conn_ itself; libvirt makes the connection thread-safe
+  void* conn_ = nullptr;        // virConnectPtr
+  std::vector<int> callbacks_;  // libvirt event callback ids on conn_
+  std::atomic<bool> connected_{false}, stop_{false}, lifecycle_{false};
+  const int wake_fd_;  // eventfd: wake() ends the registry thread's wait
   std::thread thread_;
   mutable std::mutex mu_;
   std::map<std::string, vm_info> by_uuid_;  // running VMs
   std::map<std::string, uint32_t> ids_;     // uuid -> id, kept while the daemon runs
-  std::string last_error_;
+  std::mutex pending_mu_;
+  std::set<std::string> pending_;  // domains whose devices changed, to describe at once
+  // Registry thread only: the last error of each domain's description and
+  // of the last pass, each logged once until it changes.
+  std::map<std::string, std::string> xml_errors_;
+  std::string last_error_, pass_error_;
+  bool resync_ = false;  // a pass threw: the next one tells the tagger every VM
 };
 
 }  // namespace magnet::host
