@@ -109,8 +109,8 @@ class registry {
   // 0 = no running VM has it.  An error when it cannot be confirmed
   // (libvirt unreachable, a description that does not parse, several VMs
   // known with @cid): whoever asks must then trust no one with @cid.
-  // Thread-safe; one or two libvirt calls, so it blocks the caller for
-  // their round trip.
+  // Thread-safe; three libvirt calls (lookup, active, XML), so it blocks
+  // the caller for their round trips: the hub calls it off its io thread.
   result<uint32_t> cid_owner(uint32_t cid) const;
 
   std::vector<vm_info> vms() const;
