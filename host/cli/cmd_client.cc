@@ -216,6 +216,10 @@ int cmd_stats(cli::args& a) {
     std::fprintf(stderr, "magnet stats: %s\n", r.body.c_str());
     return 1;
   }
+  if (!nlohmann::json::accept(r.body)) {
+    std::fprintf(stderr, "magnet stats: malformed reply from the daemon\n");
+    return 1;
+  }
   std::printf("%s\n", r.body.c_str());
   return 0;
 }

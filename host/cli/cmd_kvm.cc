@@ -8,8 +8,10 @@
 #include <tuple>
 #include <vector>
 
-#include "magnet/capture/capture.h"
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
+#include "magnet/capture/capture.h"
 #include "magnet/capture/latency.h"
 #include "magnet/events.h"
 
@@ -52,6 +54,74 @@ std::string guest_name(uint32_t pid) {
 }
 
 using row_key = std::tuple<uint32_t, uint32_t, int64_t, uint32_t, uint32_t>;  // vm tgid vcpu isa reason
+
+struct row {
+  row_key k;
+  lat_stat d;
+};
+
+// The interval's rows: what each key gained since @prev, busiest first
+// within a VM, QEMU process and vCPU.
+std::vector<row> interval_rows(const std::map<row_key, lat_stat>& cur,
+                               const std::map<row_key, lat_stat>& prev) {
+  std::vector<row> rows;
+  for (const auto& [k, c] : cur) {
+    auto it = prev.find(k);
+    lat_stat d = it == prev.end() ? c : c.since(it->second);
+    if (d.count) rows.push_back({k, d});
+  }
+  std::sort(rows.begin(), rows.end(), [](const row& x, const row& y) {
+    auto px = std::make_tuple(std::get<0>(x.k), std::get<1>(x.k), std::get<2>(x.k));
+    auto py = std::make_tuple(std::get<0>(y.k), std::get<1>(y.k), std::get<2>(y.k));
+    if (px != py) return px < py;
+    return x.d.total_ns > y.d.total_ns;
+  });
+  return rows;
+}
+
+nlohmann::ordered_json rows_json(const std::vector<row>& rows,
+                                 const std::map<uint32_t, std::string>& names, double elapsed,
+                                 double secs) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const auto& [k, d] : rows) {
+    auto [vm, tgid, vcpu, isa, reason] = k;
+    a.push_back({{"vm", vm},
+                 {"tgid", tgid},
+                 {"guest", names.at(tgid)},
+                 {"vcpu", vcpu},
+                 {"reason", kvm_exit_reason_name(isa, reason)},
+                 {"code", reason},
+                 {"isa", isa},
+                 {"exits", d.count},
+                 {"exits_per_s", static_cast<double>(d.count) / secs},
+                 {"time_pct", static_cast<double>(d.total_ns) / (secs * 1e9) * 100},
+                 {"mean_us", d.mean_ns() / 1e3},
+                 {"p50_us", d.quantile_ns(0.5) / 1e3},
+                 {"p99_us", d.quantile_ns(0.99) / 1e3},
+                 {"max_us", static_cast<double>(d.max_ns) / 1e3},
+                 {"userspace", d.aux}});
+  }
+  return {{"elapsed_s", elapsed}, {"interval_s", secs}, {"rows", std::move(a)}};
+}
+
+void print_rows(const std::vector<row>& rows, const std::map<uint32_t, std::string>& names,
+                double secs) {
+  std::printf("%3s %7s %-12s %4s %-22s %9s %9s %6s %9s %9s %9s %9s %7s\n", "VM", "QEMU", "GUEST",
+              "VCPU", "REASON", "EXITS", "EXITS/S", "TIME%", "MEAN_US", "P50_US", "P99_US",
+              "MAX_US", "USER");
+  for (const auto& [k, d] : rows) {
+    auto [vm, tgid, vcpu, isa, reason] = k;
+    const std::string vc = vcpu < 0 ? "all" : vcpu == 0xffffffff ? "?" : std::to_string(vcpu);
+    const double pct = static_cast<double>(d.total_ns) / (secs * 1e9) * 100;
+    std::printf("%3u %7u %-12.12s %4s %-22.22s %9llu %9.1f %6.2f %9.2f %9.2f %9.2f %9.2f %7llu\n",
+                vm, tgid, names.at(tgid).c_str(), vc.c_str(),
+                kvm_exit_reason_name(isa, reason).c_str(), static_cast<unsigned long long>(d.count),
+                static_cast<double>(d.count) / secs, pct, d.mean_ns() / 1e3,
+                d.quantile_ns(0.5) / 1e3, d.quantile_ns(0.99) / 1e3,
+                static_cast<double>(d.max_ns) / 1e3, static_cast<unsigned long long>(d.aux));
+  }
+  std::printf("\n");
+}
 
 }  // namespace
 
@@ -102,56 +172,15 @@ int cmd_kvm(cli::args& a) {
       row_key rk{k.vm_id, k.tgid, per_vcpu ? int64_t{k.vcpu_id} : -1, k.isa, k.reason};
       cur[rk].merge(s);
     }
-    struct row {
-      row_key k;
-      lat_stat d;
-    };
-    std::vector<row> rows;
-    for (const auto& [k, c] : cur) {
-      auto it = prev.find(k);
-      lat_stat d = it == prev.end() ? c : c.since(it->second);
-      if (d.count) rows.push_back({k, d});
-    }
+    auto rows = interval_rows(cur, prev);
     prev = std::move(cur);
-    std::sort(rows.begin(), rows.end(), [](const row& x, const row& y) {
-      auto px = std::make_tuple(std::get<0>(x.k), std::get<1>(x.k), std::get<2>(x.k));
-      auto py = std::make_tuple(std::get<0>(y.k), std::get<1>(y.k), std::get<2>(y.k));
-      if (px != py) return px < py;
-      return x.d.total_ns > y.d.total_ns;
-    });
+    for (const auto& r : rows)
+      if (!names.count(std::get<1>(r.k))) names[std::get<1>(r.k)] = guest_name(std::get<1>(r.k));
     if (json)
-      std::printf("{\"elapsed_s\":%.3f,\"interval_s\":%.3f,\"rows\":[", elapsed, secs);
+      std::printf("%s\n", rows_json(rows, names, elapsed, secs).dump(-1, ' ', false,
+                                                                     nlohmann::ordered_json::error_handler_t::replace).c_str());
     else
-      std::printf("%3s %7s %-12s %4s %-22s %9s %9s %6s %9s %9s %9s %9s %7s\n", "VM", "QEMU",
-                  "GUEST", "VCPU", "REASON", "EXITS", "EXITS/S", "TIME%", "MEAN_US", "P50_US",
-                  "P99_US", "MAX_US", "USER");
-    bool first = true;
-    for (const auto& [k, d] : rows) {
-      auto [vm, tgid, vcpu, isa, reason] = k;
-      if (!names.count(tgid)) names[tgid] = guest_name(tgid);
-      std::string rn = kvm_exit_reason_name(isa, reason);
-      double pct = static_cast<double>(d.total_ns) / (secs * 1e9) * 100;
-      if (json) {
-        std::printf("%s{\"vm\":%u,\"tgid\":%u,\"guest\":\"%s\",\"vcpu\":%lld,\"reason\":\"%s\","
-                    "\"code\":%u,\"isa\":%u,\"exits\":%llu,\"exits_per_s\":%.1f,\"time_pct\":%.3f,"
-                    "\"mean_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.3f,"
-                    "\"userspace\":%llu}",
-                    first ? "" : ",", vm, tgid, names[tgid].c_str(), static_cast<long long>(vcpu),
-                    rn.c_str(), reason, isa, static_cast<unsigned long long>(d.count),
-                    static_cast<double>(d.count) / secs, pct, d.mean_ns() / 1e3,
-                    d.quantile_ns(0.5) / 1e3, d.quantile_ns(0.99) / 1e3,
-                    static_cast<double>(d.max_ns) / 1e3, static_cast<unsigned long long>(d.aux));
-      } else {
-        std::string vc = vcpu < 0 ? "all" : vcpu == 0xffffffff ? "?" : std::to_string(vcpu);
-        std::printf("%3u %7u %-12.12s %4s %-22.22s %9llu %9.1f %6.2f %9.2f %9.2f %9.2f %9.2f %7llu\n",
-                    vm, tgid, names[tgid].c_str(), vc.c_str(), rn.c_str(),
-                    static_cast<unsigned long long>(d.count), static_cast<double>(d.count) / secs,
-                    pct, d.mean_ns() / 1e3, d.quantile_ns(0.5) / 1e3, d.quantile_ns(0.99) / 1e3,
-                    static_cast<double>(d.max_ns) / 1e3, static_cast<unsigned long long>(d.aux));
-      }
-      first = false;
-    }
-    std::printf(json ? "]}\n" : "\n");
+      print_rows(rows, names, secs);
     std::fflush(stdout);
   });
   return 0;

@@ -1,7 +1,10 @@
 #include <cstdio>
+#include <vector>
 
-#include "magnet/capture/capture.h"
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
+#include "magnet/capture/capture.h"
 #include "magnet/events.h"
 
 namespace magnet::host {
@@ -15,14 +18,29 @@ static const char* kProbesHelp =
     "netfilter/cgroup_skb (the stable hooks of some layers), fentry, kprobe.\n"
     "MAGNET_DENY_METHODS=m1,m2 removes methods (to test fallbacks).\n";
 
-static std::string json_str(std::string_view s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
+namespace {
+
+nlohmann::ordered_json plans_json(const std::vector<probe_plan>& plans) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const auto& p : plans) {
+    nlohmann::ordered_json methods = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < p.checks.size(); ++i)
+      methods.push_back({{"method", std::string(method_name(p.checks[i].kind))},
+                         {"target", p.spec->methods[i].target},
+                         {"ok", p.checks[i].ok},
+                         {"why", p.checks[i].why}});
+    a.push_back({{"probe", event_name(p.spec->type)},
+                 {"id", p.spec->type},
+                 {"layer", p.spec->layer},
+                 {"description", p.spec->description},
+                 {"attach", p.chosen < 0 ? nlohmann::ordered_json(nullptr)
+                                         : nlohmann::ordered_json(std::string(method_name(p.spec->methods[p.chosen].kind)))},
+                 {"methods", std::move(methods)}});
   }
-  return o + "\"";
+  return a;
 }
+
+}  // namespace
 
 int cmd_probes(cli::args& a) {
   if (a.flag("--help", "-h")) {
@@ -34,25 +52,8 @@ int cmd_probes(cli::args& a) {
   auto kf = kernel_features::probe();
   auto plans = plan_probes(kf);
   if (json) {
-    std::printf("[");
-    bool first = true;
-    for (const auto& p : plans) {
-      std::printf("%s{\"probe\":%s,\"id\":%u,\"layer\":%s,\"description\":%s,\"attach\":%s,"
-                  "\"methods\":[",
-                  first ? "" : ",", json_str(event_name(p.spec->type)).c_str(), p.spec->type,
-                  json_str(p.spec->layer).c_str(), json_str(p.spec->description).c_str(),
-                  p.chosen < 0
-                      ? "null"
-                      : json_str(method_name(p.spec->methods[p.chosen].kind)).c_str());
-      for (size_t i = 0; i < p.checks.size(); ++i)
-        std::printf("%s{\"method\":%s,\"target\":%s,\"ok\":%s,\"why\":%s}", i ? "," : "",
-                    json_str(method_name(p.checks[i].kind)).c_str(),
-                    json_str(p.spec->methods[i].target).c_str(),
-                    p.checks[i].ok ? "true" : "false", json_str(p.checks[i].why).c_str());
-      std::printf("]}");
-      first = false;
-    }
-    std::printf("]\n");
+    std::printf("%s\n", plans_json(plans).dump(-1, ' ', false,
+                                               nlohmann::ordered_json::error_handler_t::replace).c_str());
     return 0;
   }
   std::printf("%-18s %-10s %-11s %s\n", "PROBE", "LAYER", "ATTACH", "OTHER METHODS");

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "magnet/capture/capture.h"
 #include "commands.h"
 #include "magnet/events.h"
@@ -87,12 +89,10 @@ int cmd_stat(cli::args& a) {
   std::map<std::pair<uint16_t, uint32_t>, magnet_agg> prev;
   every_interval(iv, max_n, dur_ns, [&](double elapsed, double secs) {
     (*cap)->rescan_netns();
-    if (json)
-      std::printf("{\"elapsed_s\":%.3f,\"interval_s\":%.3f,\"rows\":[", elapsed, secs);
-    else
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    if (!json)
       std::printf("%-18s %-10s %4s %12s %12s %14s %10s\n", "PROBE", "LAYER", "VM", "EVENTS",
                   "EVENTS/S", "BYTES", "MBIT/S");
-    bool first = true;
     for (uint16_t t : on) {
       const probe_spec* spec = find_probe(t);
       auto agg = (*cap)->aggregate(spec->slot);
@@ -102,20 +102,21 @@ int cmd_stat(cli::args& a) {
         double ev_s = static_cast<double>(cur.events - p.events) / secs;
         double mbit = static_cast<double>(cur.bytes - p.bytes) * 8 / secs / 1e6;
         if (json)
-          std::printf("%s{\"probe\":\"%s\",\"layer\":\"%s\",\"vm\":%u,\"events\":%llu,"
-                      "\"bytes\":%llu,\"events_per_s\":%.1f,\"mbit_per_s\":%.3f}",
-                      first ? "" : ",", event_name(t).c_str(), spec->layer, vm,
-                      static_cast<unsigned long long>(cur.events),
-                      static_cast<unsigned long long>(cur.bytes), ev_s, mbit);
+          rows.push_back({{"probe", event_name(t)}, {"layer", spec->layer}, {"vm", vm},
+                          {"events", cur.events}, {"bytes", cur.bytes}, {"events_per_s", ev_s},
+                          {"mbit_per_s", mbit}});
         else
           std::printf("%-18s %-10s %4u %12llu %12.1f %14llu %10.3f\n", event_name(t).c_str(),
                       spec->layer, vm, static_cast<unsigned long long>(cur.events), ev_s,
                       static_cast<unsigned long long>(cur.bytes), mbit);
-        first = false;
         p = cur;
       }
     }
-    std::printf(json ? "]}\n" : "\n");
+    if (json)
+      std::printf("%s\n", nlohmann::ordered_json{{"elapsed_s", elapsed}, {"interval_s", secs},
+                                                 {"rows", std::move(rows)}}.dump().c_str());
+    else
+      std::printf("\n");
     std::fflush(stdout);
   });
   return 0;

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "magnet/log.h"
 #include "magnet/version.h"
@@ -79,6 +81,13 @@ int main(int argc, char** argv) {
                  cmd.c_str());
     return 2;
   } catch (const fatal& e) {
+    std::fprintf(stderr, "magnet %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const nlohmann::json::exception& e) {
+    // A reply of the daemon (or a file) that is JSON of another shape.
+    std::fprintf(stderr, "magnet %s: unexpected JSON: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "magnet %s: %s\n", cmd.c_str(), e.what());
     return 1;
   }

@@ -11,6 +11,8 @@
 #include <map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "magnet/events.h"
 
 namespace magnet {
@@ -158,9 +160,15 @@ bool record_is_v6(const uint8_t* payload, std::span<const field> fields) {
   return false;
 }
 
-std::string value_str(const uint8_t* base, const field& f, bool quote_str, bool v6) {
+std::string hex_str(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// A field as text (dump's text and CSV): a ',' in a name becomes ';' (CSV columns).
+std::string value_str(const uint8_t* base, const field& f, bool v6) {
   const uint8_t* p = base + f.off;
-  char buf[64];
   switch (f.type) {
     case ftype::u8: return std::to_string(load<uint8_t>(p));
     case ftype::u16: return std::to_string(load<uint16_t>(p));
@@ -168,26 +176,44 @@ std::string value_str(const uint8_t* base, const field& f, bool quote_str, bool 
     case ftype::u64: return std::to_string(load<uint64_t>(p));
     case ftype::s32: return std::to_string(load<int32_t>(p));
     case ftype::s64: return std::to_string(load<int64_t>(p));
-    case ftype::hex64:
-      std::snprintf(buf, sizeof buf, quote_str ? "\"0x%llx\"" : "0x%llx",
-                    static_cast<unsigned long long>(load<uint64_t>(p)));
-      return buf;
-    case ftype::addr: {
-      auto s = addr_str(p, v6);
-      return quote_str ? "\"" + s + "\"" : s;
-    }
+    case ftype::hex64: return hex_str(load<uint64_t>(p));
+    case ftype::addr: return addr_str(p, v6);
     case ftype::str: {
       std::string s;
       for (size_t i = 0; i < f.size && p[i]; ++i) {
         char c = static_cast<char>(p[i]);
-        if (c == '"' || c == '\\') s += '\\';
-        if (c == ',' && !quote_str) c = ';';  // keep CSV columns intact
+        if (c == ',') c = ';';  // keep CSV columns intact
         s += (c >= 0x20 && c < 0x7f) ? c : '?';
       }
-      return quote_str ? "\"" + s + "\"" : s;
+      return s;
     }
   }
   return "";
+}
+
+// A field as a JSON value: numbers as numbers, ids in hex, addresses and
+// names as strings (a name's bytes up to its NUL, the unprintable ones as '?').
+nlohmann::ordered_json json_value(const uint8_t* base, const field& f, bool v6) {
+  const uint8_t* p = base + f.off;
+  switch (f.type) {
+    case ftype::u8: return load<uint8_t>(p);
+    case ftype::u16: return load<uint16_t>(p);
+    case ftype::u32: return load<uint32_t>(p);
+    case ftype::u64: return load<uint64_t>(p);
+    case ftype::s32: return load<int32_t>(p);
+    case ftype::s64: return load<int64_t>(p);
+    case ftype::hex64: return hex_str(load<uint64_t>(p));
+    case ftype::addr: return addr_str(p, v6);
+    case ftype::str: {
+      std::string s;
+      for (size_t i = 0; i < f.size && p[i]; ++i) {
+        const char c = static_cast<char>(p[i]);
+        s += (c >= 0x20 && c < 0x7f) ? c : '?';
+      }
+      return s;
+    }
+  }
+  return nullptr;
 }
 
 // CSV columns after the header ones: every payload field name, once.
@@ -322,7 +348,7 @@ std::string format_record(const uint8_t* rec, out_format fmt) {
         s += ' ';
         s += f.name;
         s += '=';
-        s += value_str(pl, f, false, v6);
+        s += value_str(pl, f, v6);
       }
       return s;
     }
@@ -334,27 +360,21 @@ std::string format_record(const uint8_t* rec, out_format fmt) {
         s += ',';
         for (const auto& f : fields)
           if (f.name == col) {
-            s += value_str(pl, f, false, v6);
+            s += value_str(pl, f, v6);
             break;
           }
       }
       return s;
     }
     case out_format::json: {
-      std::snprintf(buf, sizeof buf,
-                    "{\"ts_ns\":%llu,\"cpu\":%u,\"event\":\"%s\",\"vm\":%u,\"tgid\":%u,"
-                    "\"tid\":%u,\"abstract_id\":\"0x%llx\",\"size\":%d,\"flags\":%u",
-                    h.ts_ns, h.cpu, name.c_str(), h.vm_id, h.tgid, h.tid, h.abstract_id, h.size,
-                    h.flags);
-      s = buf;
-      for (const auto& f : fields) {
-        s += ",\"";
-        s += f.name;
-        s += "\":";
-        s += value_str(pl, f, true, v6);
-      }
-      s += '}';
-      return s;
+      // nlohmann escapes every string and writes a number that JSON cannot
+      // hold (none here: all are integers) as null.
+      nlohmann::ordered_json j{{"ts_ns", h.ts_ns},   {"cpu", h.cpu},   {"event", name},
+                               {"vm", h.vm_id},      {"tgid", h.tgid}, {"tid", h.tid},
+                               {"abstract_id", hex_str(h.abstract_id)},
+                               {"size", h.size},     {"flags", h.flags}};
+      for (const auto& f : fields) j[std::string(f.name)] = json_value(pl, f, v6);
+      return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     }
   }
   return s;

@@ -1,0 +1,92 @@
+// The daemon's clients (magnet top, views, sessions, stats) against a
+// stand-in daemon that answers with JSON of the wrong shape: each command
+// names itself and the problem and exits 1, never dies of an exception.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proc.h"
+
+namespace {
+
+using magnet::test::run;
+
+// A unix socket answering every request line with @reply, until destroyed.
+class fake_daemon {
+ public:
+  explicit fake_daemon(std::string reply) : reply_(std::move(reply)) {
+    path_ = "/tmp/magnet-fake-daemon-" + std::to_string(getpid()) + ".sock";
+    ::unlink(path_.c_str());
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    path_.copy(sa.sun_path, sizeof sa.sun_path - 1);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd_, 8) != 0)
+      ADD_FAILURE() << "cannot listen on " << path_;
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~fake_daemon() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) break;
+      char b[512];
+      std::string line;
+      ssize_t n;
+      while (line.find('\n') == std::string::npos && (n = ::read(c, b, sizeof b)) > 0) line.append(b, n);
+      const std::string out = reply_ + "\n";
+      (void)!::write(c, out.data(), out.size());
+      ::close(c);
+    }
+  }
+  std::string reply_, path_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct reply_case {
+  std::vector<std::string> args;  // the command and its arguments
+  std::string reply;              // what the stand-in daemon answers
+};
+
+}  // namespace
+
+TEST(CliReplies, AReplyOfTheWrongShapeIsAnErrorNamingTheCommand) {
+  const std::vector<reply_case> cases = {
+      {{"top", "--count", "1"}, R"(ok {"vms":[{"vm":"x","name":5}]})"},
+      {{"top", "--count", "1"}, R"(ok {"vms":7})"},
+      {{"top", "--count", "1"}, "ok this is not JSON"},
+      {{"views"}, R"(ok {"views":"none"})"},
+      {{"views"}, R"(ok [{"vm":"one","windows":3}])"},
+      {{"sessions"}, R"(ok {"sessions":[{"vm":"a","frames":"b"}]})"},
+      {{"sessions"}, R"(ok [1,2,3])"},
+      {{"stats", "g1"}, R"(ok {"stats":[{"name":1,)"},
+  };
+  for (const auto& c : cases) {
+    fake_daemon d(c.reply);
+    std::vector<std::string> argv = {MAGNET_BIN};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    argv.insert(argv.end(), {"--socket", d.path()});
+    auto r = run(argv, 20);
+    const std::string what = c.args[0] + " answered " + c.reply + ": status " +
+                             std::to_string(r.status) + ", stderr: " + r.err;
+    EXPECT_EQ(r.status, 1) << what;
+    EXPECT_EQ(r.err.rfind("magnet " + c.args[0] + ": ", 0), 0u) << what;
+  }
+}
