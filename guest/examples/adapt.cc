@@ -38,8 +38,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "magnet/client.hpp"
 
@@ -73,6 +76,13 @@ double wall_s() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// One JSON line on standard output, flushed (a rate JSON cannot hold, as
+// NaN, is written as null).
+void emit_line(const nlohmann::ordered_json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
 }
 
 // ADDR:PORT (IPv4), or exits with a usage error naming it.
@@ -113,10 +123,8 @@ int send_tcp(const sockaddr_in& dst, double duration) {
       if (n > 0) sent += static_cast<uint64_t>(n);
     }
     if (now_ns() >= next_report) {
-      std::printf("{\"t\":%.1f,\"wall\":%.3f,\"mode\":\"tcp\",\"offered_bps\":%.0f}\n",
-                  static_cast<double>(now_ns() - start) / 1e9, wall_s(),
-                  static_cast<double>(sent - last) * 8);
-      std::fflush(stdout);
+      emit_line({{"t", static_cast<double>(now_ns() - start) / 1e9}, {"wall", wall_s()}, {"mode", "tcp"},
+                 {"offered_bps", static_cast<double>(sent - last) * 8}});
       last = sent;
       next_report += 1'000'000'000;
     }
@@ -159,127 +167,154 @@ double parse_secs(const std::string& s) {
   std::exit(2);
 }
 
-int send_cmd(const std::vector<std::string>& a) {
-  std::string to, sock;
+struct send_opts {
+  std::string to, socket;
   bool adaptive = false, tcp = false;
   double fixed = 0, min_bps = 200e3, max_bps = 1e9, headroom = 0.95, duration = 0;
   size_t frame_bytes = 64 * 1024;
+};
+
+// send's options, or the exit status of a usage error (2).
+std::optional<send_opts> parse_send(const std::vector<std::string>& a) {
+  send_opts o;
   for (size_t i = 0; i < a.size(); ++i) {
     auto val = [&] {
       if (i + 1 >= a.size()) usage();
       return a[++i];
     };
-    if (a[i] == "--to") to = val();
-    else if (a[i] == "--adaptive") adaptive = true;
-    else if (a[i] == "--tcp") tcp = true;
-    else if (a[i] == "--fixed") fixed = parse_rate(val());
-    else if (a[i] == "--min") min_bps = parse_rate(val());
-    else if (a[i] == "--max") max_bps = parse_rate(val());
-    else if (a[i] == "--headroom") headroom = std::strtod(val().c_str(), nullptr);
-    else if (a[i] == "--frame") frame_bytes = static_cast<size_t>(std::max(1.0, parse_rate(val())));
-    else if (a[i] == "--duration") duration = parse_secs(val());
-    else if (a[i] == "--socket") sock = val();
+    if (a[i] == "--to") o.to = val();
+    else if (a[i] == "--adaptive") o.adaptive = true;
+    else if (a[i] == "--tcp") o.tcp = true;
+    else if (a[i] == "--fixed") o.fixed = parse_rate(val());
+    else if (a[i] == "--min") o.min_bps = parse_rate(val());
+    else if (a[i] == "--max") o.max_bps = parse_rate(val());
+    else if (a[i] == "--headroom") o.headroom = std::strtod(val().c_str(), nullptr);
+    else if (a[i] == "--frame") o.frame_bytes = static_cast<size_t>(std::max(1.0, parse_rate(val())));
+    else if (a[i] == "--duration") o.duration = parse_secs(val());
+    else if (a[i] == "--socket") o.socket = val();
     else usage();
   }
-  if (to.empty()) {
-    std::fprintf(stderr, "magnet-adapt: send needs --to ADDR:PORT\n");
-    return 2;
+  const char* why = o.to.empty() ? "send needs --to ADDR:PORT"
+                    : int(o.adaptive) + int(o.fixed > 0) + int(o.tcp) != 1
+                        ? "send needs one of --adaptive, --fixed RATE, --tcp"
+                    : !(o.headroom > 0 && o.headroom <= 1) ? "--headroom must be in (0, 1]"
+                                                           : nullptr;
+  if (why) {
+    std::fprintf(stderr, "magnet-adapt: %s\n", why);
+    return std::nullopt;
   }
-  if (int(adaptive) + int(fixed > 0) + int(tcp) != 1) {
-    std::fprintf(stderr, "magnet-adapt: send needs one of --adaptive, --fixed RATE, --tcp\n");
-    return 2;
+  return o;
+}
+
+// The rate the sender acts on: the fixed one, or the view's newest valid
+// link.available_bps (with headroom, in payload bytes), held 1 s when the
+// view goes quiet (agent or host restarting), then the minimum rate.
+class acted_rate {
+ public:
+  explicit acted_rate(const send_opts& o) : o_(o) {}
+  void on_view(magnet::client& view) {
+    view.on_value([this](const magnet::client::value& v) {
+      if (v.id != 0x0032 || !v.valid) return;  // link.available_bps
+      acted_ = v.value;
+      at_ = now_ns();
+      age_ = v.age_ns;
+    });
   }
-  if (!(headroom > 0 && headroom <= 1)) {
-    std::fprintf(stderr, "magnet-adapt: --headroom must be in (0, 1]\n");
-    return 2;
+  double now() const {
+    if (!o_.adaptive) return o_.fixed;
+    if (!at_ || now_ns() - at_ > 1'000'000'000) return o_.min_bps;
+    return std::clamp(acted_ * o_.headroom * kPayload / kWire, o_.min_bps, o_.max_bps);
   }
-  const sockaddr_in dst = parse_addr(to);
-  if (tcp) return send_tcp(dst, duration);
+  double view_bps() const { return o_.adaptive ? acted_ : 0.0; }
+  // How old the acted value is, from its measurement (-1: none yet).
+  double age_ms() const { return at_ ? static_cast<double>(now_ns() - at_ + age_) / 1e6 : -1.0; }
+
+ private:
+  const send_opts& o_;
+  double acted_ = 0;
+  uint64_t at_ = 0, age_ = 0;
+};
+
+// One line a second: offered and (from the receiver's reports) delivered
+// rates and loss, and what the view said.
+struct send_report {
+  uint64_t last_sent = 0;
+  report last_rx{}, prev_rx{};
+  void take(const report& r) {
+    if (r.magic == kMagic) prev_rx = last_rx, last_rx = r;
+  }
+  void print(const send_opts& o, double t, uint64_t sent, const acted_rate& ar, double rate,
+             bool connected) {
+    const double offered = static_cast<double>(sent - last_sent) * 8;  // over 1 s
+    last_sent = sent;
+    double delivered = -1, loss = -1;
+    if (prev_rx.ns && last_rx.ns > prev_rx.ns) {
+      const double rs = static_cast<double>(last_rx.ns - prev_rx.ns) / 1e9;
+      delivered = static_cast<double>(last_rx.bytes - prev_rx.bytes) * 8 / rs;
+      const double got = static_cast<double>(last_rx.received - prev_rx.received);
+      const double lost = static_cast<double>(last_rx.lost - prev_rx.lost);
+      loss = got + lost > 0 ? lost / (got + lost) : 0;
+    }
+    emit_line({{"t", t}, {"wall", wall_s()}, {"mode", o.adaptive ? "adaptive" : "fixed"},
+               {"offered_bps", offered}, {"delivered_bps", delivered}, {"loss", loss},
+               {"fps", offered / 8 / static_cast<double>(o.frame_bytes)},
+               {"view_available_bps", ar.view_bps()}, {"view_age_ms", ar.age_ms()},
+               {"rate_bps", rate}, {"connected", connected}});
+  }
+};
+
+// send over UDP: datagrams at the acted rate (a token bucket of at most 4
+// datagrams of burst), serving the view while waiting for the next turn.
+int send_udp(const send_opts& o, const sockaddr_in& dst) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, reinterpret_cast<const sockaddr*>(&dst), sizeof dst) != 0) {
     std::perror("magnet-adapt: socket");
     return 1;
   }
-  magnet::client view(sock);
-  if (adaptive && !view.subscribe({"link.available_bps"}, 100)) {
+  magnet::client view(o.socket);
+  if (o.adaptive && !view.subscribe({"link.available_bps"}, 100)) {
     std::fprintf(stderr, "magnet-adapt: %s\n", view.error().c_str());
     return 1;
   }
-  // The view value acted on: the newest valid one, held 1 s when the view
-  // goes quiet (agent or host restarting), then the minimum rate.
-  double acted = 0;
-  uint64_t acted_at = 0, acted_age = 0;
-  if (adaptive)
-    view.on_value([&](const magnet::client::value& v) {
-      if (v.id != 0x0032 || !v.valid) return;  // link.available_bps
-      acted = v.value;
-      acted_at = now_ns();
-      acted_age = v.age_ns;
-    });
-  auto rate_now = [&] {
-    if (!adaptive) return fixed;
-    if (!acted_at || now_ns() - acted_at > 1'000'000'000) return min_bps;
-    return std::clamp(acted * headroom * kPayload / kWire, min_bps, max_bps);
-  };
-
+  acted_rate ar(o);
+  if (o.adaptive) ar.on_view(view);
   std::vector<uint8_t> buf(kPayload, 0);
-  uint64_t seq = 0, sent_bytes = 0, last_sent_bytes = 0;
-  const uint64_t start = now_ns(), end = duration > 0 ? start + static_cast<uint64_t>(duration * 1e9) : 0;
+  uint64_t seq = 0, sent = 0;
+  const uint64_t start = now_ns(), end = o.duration > 0 ? start + static_cast<uint64_t>(o.duration * 1e9) : 0;
   uint64_t next_report = start + 1'000'000'000, last_tick = start;
   double tokens = 0;  // bytes we may send now
-  report last_rx{}, prev_rx{};
-  for (;;) {
-    const uint64_t t = now_ns();
-    if (end && t >= end) break;
-    const double rate = rate_now();
-    // Token bucket: at most 4 datagrams of burst.
+  send_report rep;
+  for (uint64_t t = start; !end || t < end; t = now_ns()) {
+    const double rate = ar.now();
     tokens = std::min(tokens + rate / 8 * static_cast<double>(t - last_tick) / 1e9, 4.0 * kPayload);
     last_tick = t;
-    while (tokens >= kPayload) {
-      datagram d{kMagic, static_cast<uint32_t>(sent_bytes / frame_bytes), seq++, t};
+    for (; tokens >= kPayload; tokens -= kPayload) {
+      datagram d{kMagic, static_cast<uint32_t>(sent / o.frame_bytes), seq++, t};
       std::memcpy(buf.data(), &d, sizeof d);
-      if (send(fd, buf.data(), buf.size(), 0) == static_cast<ssize_t>(buf.size())) sent_bytes += kPayload;
-      tokens -= kPayload;
+      if (send(fd, buf.data(), buf.size(), 0) == static_cast<ssize_t>(buf.size())) sent += kPayload;
     }
     // Reports from the receiver come back on the same socket.
-    for (;;) {
-      report r;
-      ssize_t n = recv(fd, &r, sizeof r, MSG_DONTWAIT);
-      if (n != static_cast<ssize_t>(sizeof r)) break;
-      if (r.magic == kMagic) prev_rx = last_rx, last_rx = r;
-    }
+    for (report r; recv(fd, &r, sizeof r, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof r);) rep.take(r);
     if (t >= next_report) {
-      const double secs = 1.0;
-      const double offered = static_cast<double>(sent_bytes - last_sent_bytes) * 8 / secs;
-      last_sent_bytes = sent_bytes;
-      double delivered = -1, loss = -1;
-      if (prev_rx.ns && last_rx.ns > prev_rx.ns) {
-        const double rs = static_cast<double>(last_rx.ns - prev_rx.ns) / 1e9;
-        delivered = static_cast<double>(last_rx.bytes - prev_rx.bytes) * 8 / rs;
-        const double got = static_cast<double>(last_rx.received - prev_rx.received);
-        const double lost = static_cast<double>(last_rx.lost - prev_rx.lost);
-        loss = got + lost > 0 ? lost / (got + lost) : 0;
-      }
-      std::printf("{\"t\":%.1f,\"wall\":%.3f,\"mode\":\"%s\",\"offered_bps\":%.0f,\"delivered_bps\":%.0f,"
-                  "\"loss\":%.5f,\"fps\":%.2f,\"view_available_bps\":%.0f,\"view_age_ms\":%.1f,"
-                  "\"rate_bps\":%.0f,\"connected\":%s}\n",
-                  static_cast<double>(t - start) / 1e9, wall_s(), adaptive ? "adaptive" : "fixed", offered,
-                  delivered, loss, offered / 8 / static_cast<double>(frame_bytes),
-                  adaptive ? acted : 0.0, acted_at ? (static_cast<double>(now_ns() - acted_at + acted_age)) / 1e6 : -1.0,
-                  rate, view.connected() ? "true" : "false");
-      std::fflush(stdout);
+      rep.print(o, static_cast<double>(t - start) / 1e9, sent, ar, rate, view.connected());
       next_report += 1'000'000'000;
     }
-    // Serve the view (callbacks) while waiting for the next datagram's turn.
     const double wait_ns = tokens >= kPayload || rate <= 0 ? 0 : (kPayload - tokens) * 8 / rate * 1e9;
     const int ms = static_cast<int>(std::clamp(wait_ns / 1e6, 0.0, 2.0));
-    if (adaptive)
+    if (o.adaptive)
       view.poll(ms);
     else if (ms)
       usleep(static_cast<useconds_t>(ms * 1000));
   }
   close(fd);
   return 0;
+}
+
+int send_cmd(const std::vector<std::string>& a) {
+  auto o = parse_send(a);
+  if (!o) return 2;
+  const sockaddr_in dst = parse_addr(o->to);
+  return o->tcp ? send_tcp(dst, o->duration) : send_udp(*o, dst);
 }
 
 // receive --tcp: accepts connections one after the other (a sender that
@@ -317,10 +352,9 @@ int receive_tcp(int port, const std::string& bind_addr, double duration, double 
     }
     t = now_ns();
     if (t >= next) {
-      std::printf("{\"t\":%.3f,\"wall\":%.3f,\"goodput_bps\":%.0f,\"received\":0,\"lost\":0}\n",
-                  static_cast<double>(t - start) / 1e9, wall_s(),
-                  static_cast<double>(i_bytes) * 8 / (interval_ms / 1e3));
-      std::fflush(stdout);
+      emit_line({{"t", static_cast<double>(t - start) / 1e9}, {"wall", wall_s()},
+                 {"goodput_bps", static_cast<double>(i_bytes) * 8 / (interval_ms / 1e3)},
+                 {"received", 0}, {"lost", 0}});
       i_bytes = 0;
       next += step;
     }
@@ -403,11 +437,9 @@ int receive_cmd(const std::vector<std::string>& a) {
     }
     t = now_ns();
     if (t >= next) {
-      std::printf("{\"t\":%.3f,\"wall\":%.3f,\"goodput_bps\":%.0f,\"received\":%llu,\"lost\":%llu}\n",
-                  static_cast<double>(t - start) / 1e9, wall_s(),
-                  static_cast<double>(i_bytes) * 8 / (interval_ms / 1e3),
-                  static_cast<unsigned long long>(i_got), static_cast<unsigned long long>(i_lost));
-      std::fflush(stdout);
+      emit_line({{"t", static_cast<double>(t - start) / 1e9}, {"wall", wall_s()},
+                 {"goodput_bps", static_cast<double>(i_bytes) * 8 / (interval_ms / 1e3)},
+                 {"received", i_got}, {"lost", i_lost}});
       i_got = i_lost = i_bytes = 0;
       next += step;
     }

@@ -4,6 +4,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "commands.h"
 #include "magnet/export/perfetto.h"
@@ -32,107 +34,89 @@ static const char* kDumpHelp =
     "  -o, --output OUT  write there instead of standard output\n"
     "Traces written on a machine of the other endianness are converted.\n";
 
-int cmd_dump(cli::args& a) {
-  if (a.flag("--help", "-h")) {
-    std::fputs(kDumpHelp, stdout);
-    return 0;
-  }
-  auto fmt_s = a.value("--format", "-F").value_or("text");
-  auto out_path = a.value("--output", "-o");
-  auto pos = a.finish(1, 1, "trace FILE");
-  out_format fmt = out_format::text;
-  const bool ulm = fmt_s == "ulm", perfetto = fmt_s == "perfetto";
-  if (fmt_s == "text") fmt = out_format::text;
-  else if (fmt_s == "csv") fmt = out_format::csv;
-  else if (fmt_s == "json") fmt = out_format::json;
-  else if (!ulm && !perfetto)
-    throw cli::usage_error("--format: '" + fmt_s +
-                           "' is not one of text, csv, json, ulm, perfetto");
-  if (perfetto && !out_path)
-    throw cli::usage_error("--format perfetto writes a binary file: name it with -o OUT "
-                           "('-o -' for standard output, not a terminal)");
-  const bool to_stdout = !out_path || *out_path == "-";
-  if (perfetto && to_stdout && isatty(STDOUT_FILENO))
-    throw cli::usage_error("--format perfetto: standard output is a terminal; "
-                           "redirect it or name a file with -o OUT");
+namespace {
 
-  auto r = trace_reader::open(pos[0]);
-  if (!r) {
-    std::fprintf(stderr, "magnet dump: %s\n", r.err().message.c_str());
-    return 1;
-  }
-  auto n = r->validate();
-  if (!n) {
-    std::fprintf(stderr, "magnet dump: %s\n", n.err().message.c_str());
-    return 1;
-  }
-  // Opened only now: a bad trace leaves no output file behind.
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(nullptr, std::fclose);
-  std::FILE* out = stdout;
-  if (!to_stdout) {
-    file.reset(std::fopen(out_path->c_str(), perfetto ? "wb" : "w"));
-    if (!file) {
-      std::fprintf(stderr, "magnet dump: %s\n",
-                   error::from_errno("cannot create " + *out_path).message.c_str());
-      return 1;
+// Where dump writes: standard output or -o OUT, opened only once the trace
+// is known good, so that a bad trace leaves no file behind.
+class dump_output {
+ public:
+  explicit dump_output(std::optional<std::string> path) : path_(std::move(path)) {}
+  bool named() const { return path_.has_value(); }  // -o given
+  bool to_stdout() const { return !path_ || *path_ == "-"; }
+  std::string where() const { return to_stdout() ? "standard output" : *path_; }
+  bool open(bool binary) {
+    if (to_stdout()) return true;
+    file_.reset(std::fopen(path_->c_str(), binary ? "wb" : "w"));
+    if (!file_) {
+      std::fprintf(stderr, "magnet dump: %s\n", error::from_errno("cannot create " + *path_).message.c_str());
+      return false;
     }
-    out = file.get();
+    out_ = file_.get();
+    return true;
   }
+  std::FILE* out() const { return out_; }
   // A partial output is removed, but only a regular file: OUT may be a
   // device or a FIFO (/dev/full, a named pipe), which is not ours to unlink.
-  auto discard = [&] {
+  void discard() {
     struct stat st {};
-    if (file && fstat(fileno(file.get()), &st) == 0 && S_ISREG(st.st_mode))
-      std::remove(out_path->c_str());
-  };
-  auto finish = [&](bool ok) {
-    ok = std::fflush(out) == 0 && ok;
-    if (!ok && !to_stdout) {
-      std::fprintf(stderr, "magnet dump: %s\n",
-                   error::from_errno("cannot write " + *out_path).message.c_str());
+    if (file_ && fstat(fileno(file_.get()), &st) == 0 && S_ISREG(st.st_mode)) std::remove(path_->c_str());
+  }
+  // The exit status: 0 when everything reached the output.
+  int finish(bool ok) {
+    ok = std::fflush(out_) == 0 && ok;
+    if (!ok && !to_stdout()) {
+      std::fprintf(stderr, "magnet dump: %s\n", error::from_errno("cannot write " + *path_).message.c_str());
       discard();
     }
     return ok ? 0 : 1;
-  };
-  if (perfetto) {
-    auto st = export_perfetto(*r, out);
-    if (!st) {
-      const std::string where = to_stdout ? "standard output" : *out_path;
-      std::fprintf(stderr, "magnet dump: %s\n",
-                   st.err().code ? error::from_errno("cannot write " + where, st.err().code)
-                                       .message.c_str()
-                                 : st.err().message.c_str());
-      discard();
+  }
+
+ private:
+  std::optional<std::string> path_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, std::fclose};
+  std::FILE* out_ = stdout;
+};
+
+int write_perfetto(trace_reader& r, dump_output& o) {
+  auto st = export_perfetto(r, o.out());
+  if (!st) {
+    std::fprintf(stderr, "magnet dump: %s\n",
+                 st.err().code ? error::from_errno("cannot write " + o.where(), st.err().code).message.c_str()
+                               : st.err().message.c_str());
+    o.discard();
+    return 1;
+  }
+  return o.finish(true);
+}
+
+int write_ulm(trace_reader& r, dump_output& o) {
+  for (;;) {
+    auto rec = r.next();
+    if (!rec) {
+      std::fprintf(stderr, "magnet dump: %s\n", rec.err().message.c_str());
       return 1;
     }
-    return finish(true);
+    if (!*rec) break;
+    auto line = ulm_line(*rec, r.sysinfo());
+    if (line.empty()) continue;
+    line += '\n';
+    if (std::fwrite(line.data(), 1, line.size(), o.out()) != line.size()) return o.finish(false);
   }
-  const auto& si = r->sysinfo();
-  if (ulm) {
-    for (;;) {
-      auto rec = r->next();
-      if (!rec) {
-        std::fprintf(stderr, "magnet dump: %s\n", rec.err().message.c_str());
-        return 1;
-      }
-      if (!*rec) break;
-      auto line = ulm_line(*rec, si);
-      if (line.empty()) continue;
-      line += '\n';
-      if (std::fwrite(line.data(), 1, line.size(), out) != line.size()) return finish(false);
-    }
-    return finish(true);
-  }
-  if (fmt == out_format::csv) std::fprintf(out, "%s\n", csv_header().c_str());
+  return o.finish(true);
+}
+
+int write_records(trace_reader& r, out_format fmt, dump_output& o) {
+  const auto& si = r.sysinfo();
+  if (fmt == out_format::csv) std::fprintf(o.out(), "%s\n", csv_header().c_str());
   if (fmt == out_format::text)
-    std::fprintf(out, "# magnet trace format %u.%u, host %s, kernel %s, %u cpus, %s%s, "
+    std::fprintf(o.out(), "# magnet trace format %u.%u, host %s, kernel %s, %u cpus, %s%s, "
                 "realtime offset %lld ns\n",
                 si.format_major, si.format_minor, si.hostname, si.kernel_release, si.ncpus,
-                si.tool_version, r->foreign_endian() ? ", other-endian (converted)" : "",
+                si.tool_version, r.foreign_endian() ? ", other-endian (converted)" : "",
                 static_cast<long long>(si.realtime_offset_ns));
   for (;;) {
-    auto rec = r->next();
-    if (!rec) {  // validated above, so only an I/O change under us gets here
+    auto rec = r.next();
+    if (!rec) {  // validated before, so only an I/O change under us gets here
       std::fprintf(stderr, "magnet dump: %s\n", rec.err().message.c_str());
       return 1;
     }
@@ -140,10 +124,47 @@ int cmd_dump(cli::args& a) {
     uint16_t t = hdr_of(*rec).type;
     if (t == MAGNET_EV_EVENT_DESC) continue;
     if (t == MAGNET_EV_SYSINFO && fmt != out_format::json) continue;
-    std::fputs(format_record(*rec, fmt).c_str(), out);
-    std::fputc('\n', out);
+    std::fputs(format_record(*rec, fmt).c_str(), o.out());
+    std::fputc('\n', o.out());
   }
-  return finish(!std::ferror(out));
+  return o.finish(!std::ferror(o.out()));
+}
+
+}  // namespace
+
+int cmd_dump(cli::args& a) {
+  if (a.flag("--help", "-h")) {
+    std::fputs(kDumpHelp, stdout);
+    return 0;
+  }
+  auto fmt_s = a.value("--format", "-F").value_or("text");
+  dump_output o(a.value("--output", "-o"));
+  auto pos = a.finish(1, 1, "trace FILE");
+  out_format fmt = out_format::text;
+  const bool ulm = fmt_s == "ulm", perfetto = fmt_s == "perfetto";
+  if (fmt_s == "csv") fmt = out_format::csv;
+  else if (fmt_s == "json") fmt = out_format::json;
+  else if (fmt_s != "text" && !ulm && !perfetto)
+    throw cli::usage_error("--format: '" + fmt_s + "' is not one of text, csv, json, ulm, perfetto");
+  if (perfetto && !o.named())
+    throw cli::usage_error("--format perfetto writes a binary file: name it with -o OUT "
+                           "('-o -' for standard output, not a terminal)");
+  if (perfetto && o.to_stdout() && isatty(STDOUT_FILENO))
+    throw cli::usage_error("--format perfetto: standard output is a terminal; "
+                           "redirect it or name a file with -o OUT");
+  auto r = trace_reader::open(pos[0]);
+  if (!r) {
+    std::fprintf(stderr, "magnet dump: %s\n", r.err().message.c_str());
+    return 1;
+  }
+  if (auto n = r->validate(); !n) {
+    std::fprintf(stderr, "magnet dump: %s\n", n.err().message.c_str());
+    return 1;
+  }
+  if (!o.open(perfetto)) return 1;
+  if (perfetto) return write_perfetto(*r, o);
+  if (ulm) return write_ulm(*r, o);
+  return write_records(*r, fmt, o);
 }
 
 }  // namespace magnet::host

@@ -136,6 +136,39 @@ static status configure(capture& c, const record_opts& o, uint32_t mode,
   return {};
 }
 
+// Polls the ring until the duration passes, SIGINT/SIGTERM or a write
+// error, with a status line each second: 0, or 1 when polling failed.
+int record_until_stopped(const record_opts& o, capture& cap, ring_consumer& cons,
+                         const trace_writer& w, const status& write_status) {
+  const uint64_t t0 = monotonic_ns();
+  uint64_t next_status = t0 + 1'000'000'000ull, last_recs = 0;
+  int poll_ms = static_cast<int>(std::max<uint64_t>(1, o.poll_ns / 1'000'000));
+  while (!stop_requested() && write_status) {
+    uint64_t now = monotonic_ns();
+    if (o.duration_ns && now - t0 >= o.duration_ns) break;
+    int wait = poll_ms;
+    if (o.duration_ns)
+      wait = static_cast<int>(std::min<uint64_t>(wait, (t0 + o.duration_ns - now) / 1'000'000 + 1));
+    if (auto r = cons.poll(wait); !r) {
+      std::fprintf(stderr, "magnet record: %s\n", r.err().message.c_str());
+      return 1;
+    }
+    now = monotonic_ns();
+    if (now >= next_status) {
+      cap.rescan_netns();
+      uint64_t recs = cons.records();
+      if (!o.quiet)
+        std::fprintf(stderr, "magnet: %llu events/s, %.1f MiB written, lost %llu\n",
+                     static_cast<unsigned long long>(recs - last_recs),
+                     static_cast<double>(w.bytes()) / (1 << 20),
+                     static_cast<unsigned long long>(cons.lost()));
+      last_recs = recs;
+      next_status = now + 1'000'000'000ull;
+    }
+  }
+  return 0;
+}
+
 int cmd_record(cli::args& a) {
   if (a.flag("--help", "-h")) {
     std::fputs(kRecordHelp, stdout);
@@ -195,34 +228,7 @@ int cmd_record(cli::args& a) {
     std::fprintf(stderr, "magnet: recording %s to %s (buffer %llu KiB)\n",
                  (*cap)->attach_summary().c_str(), o.out.c_str(),
                  static_cast<unsigned long long>(o.ring >> 10));
-  const uint64_t t0 = monotonic_ns();
-  uint64_t next_status = t0 + 1'000'000'000ull, last_recs = 0;
-  int poll_ms = static_cast<int>(std::max<uint64_t>(1, o.poll_ns / 1'000'000));
-  int rc = 0;
-  while (!stop_requested() && write_status) {
-    uint64_t now = monotonic_ns();
-    if (o.duration_ns && now - t0 >= o.duration_ns) break;
-    int wait = poll_ms;
-    if (o.duration_ns)
-      wait = static_cast<int>(std::min<uint64_t>(wait, (t0 + o.duration_ns - now) / 1'000'000 + 1));
-    if (auto r = (*cons)->poll(wait); !r) {
-      std::fprintf(stderr, "magnet record: %s\n", r.err().message.c_str());
-      rc = 1;
-      break;
-    }
-    now = monotonic_ns();
-    if (now >= next_status) {
-      (*cap)->rescan_netns();
-      uint64_t recs = (*cons)->records();
-      if (!o.quiet)
-        std::fprintf(stderr, "magnet: %llu events/s, %.1f MiB written, lost %llu\n",
-                     static_cast<unsigned long long>(recs - last_recs),
-                     static_cast<double>(w->bytes()) / (1 << 20),
-                     static_cast<unsigned long long>((*cons)->lost()));
-      last_recs = recs;
-      next_status = now + 1'000'000'000ull;
-    }
-  }
+  int rc = record_until_stopped(o, **cap, **cons, *w, write_status);
   // Detach first so the final drain sees everything that will ever come.
   for (uint16_t t : attached) (void)(*cap)->set_mode(t, 0);
   if (auto r = (*cons)->drain(); !r) rc = 1;

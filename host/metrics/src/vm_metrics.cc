@@ -125,7 +125,7 @@ void vm_metrics::sample(uint64_t now_ns, const std::map<uint32_t, vm_counters>& 
 
   // Per link, per VM: its use in each of the last kLinkSlots slots (newest
   // last), for the model and its error.
-  std::map<size_t, std::map<uint32_t, std::vector<link_usage>>> use;
+  link_use use;
   for (auto& [id, s] : vms_) {
     const size_t n = std::min(kLinkSlots, s.slots.size());
     for (size_t k = s.slots.size() - n; k < s.slots.size(); ++k) {
@@ -146,8 +146,102 @@ void vm_metrics::sample(uint64_t now_ns, const std::map<uint32_t, vm_counters>& 
   for (auto& [id, s] : vms_) compute(id, s, use);
 }
 
-void vm_metrics::compute(uint32_t id, vm_state& s,
-                         const std::map<size_t, std::map<uint32_t, std::vector<link_usage>>>& use) {
+namespace {
+
+// The rate window of a tick: the counters at both of its ends.
+struct rate_window {
+  const vm_counters& c0;
+  const vm_counters& c1;
+  double secs;
+  bool have;  // a window of some length exists (not the VM's first tick)
+};
+
+// What the streamed records of the window's closed slots add up to.
+struct stream_sums {
+  std::array<uint64_t, 3> drops{};  // tap, qdisc, elsewhere
+  std::array<filters::quantile_sketch, 2> queue{filters::quantile_sketch{0.01},
+                                                filters::quantile_sketch{0.01}};
+  filters::quantile_sketch blk{0.01};
+};
+
+void emit_taps(emitter& emit, const rate_window& w) {
+  emit(MAGNET_STAT_TAP_TX_BPS, rate(w.c1.tap_tx_bytes, w.c0.tap_tx_bytes, w.secs) * 8, w.have);
+  emit(MAGNET_STAT_TAP_RX_BPS, rate(w.c1.tap_rx_bytes, w.c0.tap_rx_bytes, w.secs) * 8, w.have);
+  emit(MAGNET_STAT_TAP_TX_PPS, rate(w.c1.tap_tx_pkts, w.c0.tap_tx_pkts, w.secs), w.have);
+  emit(MAGNET_STAT_TAP_RX_PPS, rate(w.c1.tap_rx_pkts, w.c0.tap_rx_pkts, w.secs), w.have);
+}
+
+// Drops from the stream; host queueing: count and mean from the kernel's
+// statistics (every packet), quantiles from the streamed records.
+void emit_drops_and_queues(emitter& emit, const rate_window& w, const stream_sums& m) {
+  const bool have = w.have;
+  emit(MAGNET_STAT_DROPS_TAP, have ? m.drops[0] / w.secs : 0, have);
+  emit(MAGNET_STAT_DROPS_QDISC, have ? m.drops[1] / w.secs : 0, have);
+  emit(MAGNET_STAT_DROPS_HOST, have ? m.drops[2] / w.secs : 0, have);
+  static constexpr uint16_t qids[2][4] = {
+      {MAGNET_STAT_QUEUE_TX_MEAN, MAGNET_STAT_QUEUE_TX_P50, MAGNET_STAT_QUEUE_TX_P99,
+       MAGNET_STAT_QUEUE_TX_PPS},
+      {MAGNET_STAT_QUEUE_RX_MEAN, MAGNET_STAT_QUEUE_RX_P50, MAGNET_STAT_QUEUE_RX_P99,
+       MAGNET_STAT_QUEUE_RX_PPS}};
+  for (int d = 0; d < 2; ++d) {
+    lat_stat k = w.c1.queue[d].since(w.c0.queue[d]);
+    const bool any = have && k.count > 0;
+    const auto& q = m.queue[static_cast<size_t>(d)];
+    emit(qids[d][0], k.mean_ns() / 1e3, any);
+    emit(qids[d][1], q.quantile(0.5) / 1e3, any && q.count() > 0);
+    emit(qids[d][2], q.quantile(0.99) / 1e3, any && q.count() > 0);
+    emit(qids[d][3], have ? static_cast<double>(k.count) / w.secs : 0, have);
+  }
+}
+
+// vCPUs: fractions of one host CPU, each and summed.
+void emit_vcpus(std::vector<stat_value>& out, emitter& emit, const rate_window& w) {
+  emitter lvl{out, 0};
+  lvl(MAGNET_STAT_VCPU_COUNT, static_cast<double>(w.c1.vcpu_ns.size()));
+  std::array<double, 3> sum{};
+  static constexpr uint16_t ids[3] = {MAGNET_STAT_VCPU_RUN, MAGNET_STAT_VCPU_WAIT,
+                                      MAGNET_STAT_VCPU_HALT};
+  for (const auto& [v, ns1] : w.c1.vcpu_ns) {
+    auto it = w.c0.vcpu_ns.find(v);
+    const bool ok = w.have && it != w.c0.vcpu_ns.end();
+    for (int i = 0; i < 3; ++i) {
+      double f = ok ? rate(ns1[i], it->second[i], w.secs) / 1e9 : 0;
+      sum[i] += f;
+      emit(ids[i], f, ok, static_cast<uint32_t>(v));
+    }
+  }
+  emit(MAGNET_STAT_VCPU_RUN_SUM, sum[0], w.have);
+  emit(MAGNET_STAT_VCPU_WAIT_SUM, sum[1], w.have);
+  emit(MAGNET_STAT_VCPU_HALT_SUM, sum[2], w.have);
+}
+
+// KVM exits, by reason, and the time in exit handling other than halts.
+void emit_kvm(emitter& emit, const rate_window& w) {
+  emit(MAGNET_STAT_KVM_EXITS, rate(w.c1.exits, w.c0.exits, w.secs), w.have);
+  double exit_time = 0;
+  for (const auto& [idx, st] : w.c1.reasons) {
+    auto it = w.c0.reasons.find(idx);
+    lat_stat d = it != w.c0.reasons.end() ? st.since(it->second) : st;
+    if (!w.have || !d.count) continue;
+    double frac = static_cast<double>(d.total_ns) / 1e9 / w.secs;
+    if (!is_halt(idx)) exit_time += frac;
+    emit(MAGNET_STAT_KVM_REASON_EXITS, static_cast<double>(d.count) / w.secs, true, idx);
+    emit(MAGNET_STAT_KVM_REASON_TIME, frac, true, idx);
+    emit(MAGNET_STAT_KVM_REASON_MEAN, d.mean_ns() / 1e3, true, idx);
+  }
+  emit(MAGNET_STAT_KVM_EXIT_TIME, exit_time, w.have);
+}
+
+void emit_blk(emitter& emit, const rate_window& w, const stream_sums& m) {
+  emit(MAGNET_STAT_BLK_BPS, rate(w.c1.blk_bytes, w.c0.blk_bytes, w.secs), w.have);
+  emit(MAGNET_STAT_BLK_IOPS, rate(w.c1.blk_reqs, w.c0.blk_reqs, w.secs), w.have);
+  emit(MAGNET_STAT_BLK_LAT_MEAN, m.blk.mean() / 1e3, m.blk.count() > 0);
+  emit(MAGNET_STAT_BLK_LAT_P99, m.blk.quantile(0.99) / 1e3, m.blk.count() > 0);
+}
+
+}  // namespace
+
+void vm_metrics::compute(uint32_t id, vm_state& s, const link_use& use) {
   auto& out = s.stats;
   out.clear();
   if (s.cum.empty()) return;
@@ -155,151 +249,83 @@ void vm_metrics::compute(uint32_t id, vm_state& s,
   const size_t back = std::min(kRateSlots, s.cum.size() - 1);
   const auto& [t0, c0] = s.cum[s.cum.size() - 1 - back];
   const double secs = static_cast<double>(t1 - t0) / 1e9;
-  const bool have = back > 0 && secs > 0;
+  const rate_window w{c0, c1, secs, back > 0 && secs > 0};
   emitter emit{out, static_cast<uint32_t>(secs * 1e6)};
-
-  // Network at its taps.
-  emit(MAGNET_STAT_TAP_TX_BPS, rate(c1.tap_tx_bytes, c0.tap_tx_bytes, secs) * 8, have);
-  emit(MAGNET_STAT_TAP_RX_BPS, rate(c1.tap_rx_bytes, c0.tap_rx_bytes, secs) * 8, have);
-  emit(MAGNET_STAT_TAP_TX_PPS, rate(c1.tap_tx_pkts, c0.tap_tx_pkts, secs), have);
-  emit(MAGNET_STAT_TAP_RX_PPS, rate(c1.tap_rx_pkts, c0.tap_rx_pkts, secs), have);
-
   // Stream-fed figures over the same slots.
   const size_t nslots = std::min(back, s.slots.size());
-  std::array<uint64_t, 3> drops{};
-  std::array<filters::quantile_sketch, 2> q{filters::quantile_sketch{0.01},
-                                            filters::quantile_sketch{0.01}};
-  filters::quantile_sketch blk{0.01};
+  stream_sums m;
   for (size_t k = s.slots.size() - nslots; k < s.slots.size(); ++k) {
     const slot& sl = s.slots[k];
-    for (int i = 0; i < 3; ++i) drops[i] += sl.drops[i];
-    for (int d = 0; d < 2; ++d) (void)q[d].merge(sl.queue[d]);
-    (void)blk.merge(sl.blk_lat);
+    for (int i = 0; i < 3; ++i) m.drops[i] += sl.drops[i];
+    for (int d = 0; d < 2; ++d) (void)m.queue[d].merge(sl.queue[d]);
+    (void)m.blk.merge(sl.blk_lat);
   }
-  emit(MAGNET_STAT_DROPS_TAP, have ? drops[0] / secs : 0, have);
-  emit(MAGNET_STAT_DROPS_QDISC, have ? drops[1] / secs : 0, have);
-  emit(MAGNET_STAT_DROPS_HOST, have ? drops[2] / secs : 0, have);
-
-  // Host queueing: count and mean from the kernel's statistics (every
-  // packet), quantiles from the streamed records.
-  static constexpr uint16_t qids[2][4] = {
-      {MAGNET_STAT_QUEUE_TX_MEAN, MAGNET_STAT_QUEUE_TX_P50, MAGNET_STAT_QUEUE_TX_P99,
-       MAGNET_STAT_QUEUE_TX_PPS},
-      {MAGNET_STAT_QUEUE_RX_MEAN, MAGNET_STAT_QUEUE_RX_P50, MAGNET_STAT_QUEUE_RX_P99,
-       MAGNET_STAT_QUEUE_RX_PPS}};
-  for (int d = 0; d < 2; ++d) {
-    lat_stat k = c1.queue[d].since(c0.queue[d]);
-    const bool any = have && k.count > 0;
-    emit(qids[d][0], k.mean_ns() / 1e3, any);
-    emit(qids[d][1], q[d].quantile(0.5) / 1e3, any && q[d].count() > 0);
-    emit(qids[d][2], q[d].quantile(0.99) / 1e3, any && q[d].count() > 0);
-    emit(qids[d][3], have ? static_cast<double>(k.count) / secs : 0, have);
-  }
-
-  // The shared link: the one this VM used most over the history, else the
-  // first configured.
-  if (!links_.empty()) {
-    std::map<size_t, uint64_t> bytes;
-    for (const auto& sl : s.slots)
-      for (const auto& [l, ls] : sl.links) bytes[l] += ls.elastic_bytes + ls.inelastic_bytes;
-    size_t l = 0;
-    uint64_t most = 0;
-    for (auto [i, b] : bytes)
-      if (b > most) most = b, l = i;
-    const link_info& li = links_[l];
-    const bool cap = li.capacity_bps > 0;
-    // Use and availability over the last kLinkSlots slots, and the spread
-    // of availability between those slots as its error.
-    const size_t nl = std::min(kLinkSlots, s.slots.size());
-    std::map<uint32_t, link_usage> window;
-    std::vector<std::map<uint32_t, link_usage>> per_slot(nl);
-    if (auto it = use.find(l); it != use.end())
-      for (const auto& [vm, v] : it->second) {
-        link_usage sum;
-        for (size_t k = 0; k < v.size(); ++k) {
-          sum.elastic_bps += v[k].elastic_bps / static_cast<double>(v.size());
-          sum.inelastic_bps += v[k].inelastic_bps / static_cast<double>(v.size());
-          sum.limited |= v[k].limited;
-          if (v.size() == nl) per_slot[k][vm] = v[k];
-        }
-        window[vm] = sum;
-      }
-    double avail = available_bps(li.capacity_bps, window, id);
-    if (s.allow_tx > 0) avail = std::min(avail, s.allow_tx);
-    double mean = 0, var = 0;
-    for (const auto& ps : per_slot) mean += available_bps(li.capacity_bps, ps, id) / nl;
-    for (const auto& ps : per_slot) {
-      double a = available_bps(li.capacity_bps, ps, id) - mean;
-      var += a * a / nl;
-    }
-    const uint32_t lw = static_cast<uint32_t>(nl * 100000);
-    emitter lemit{out, lw};
-    const link_usage& own = window[id];
-    lemit(MAGNET_STAT_LINK_CAPACITY, li.capacity_bps, cap);
-    lemit(MAGNET_STAT_LINK_USE, own.elastic_bps + own.inelastic_bps, nl > 0);
-    lemit(MAGNET_STAT_LINK_AVAILABLE, avail, cap && nl > 0);
-    lemit(MAGNET_STAT_LINK_AVAILABLE_ERR, std::sqrt(var), cap && nl > 1);
-    filters::quantile_sketch d{0.01};
-    uint64_t ldrops = 0;
-    for (size_t k = s.slots.size() - nslots; k < s.slots.size(); ++k)
-      if (auto it = s.slots[k].links.find(l); it != s.slots[k].links.end()) {
-        (void)d.merge(it->second.delay);
-        ldrops += it->second.drops;
-      }
-    emit(MAGNET_STAT_LINK_QUEUE_P50, d.quantile(0.5) / 1e3, d.count() > 0);
-    emit(MAGNET_STAT_LINK_QUEUE_P99, d.quantile(0.99) / 1e3, d.count() > 0);
-    emit(MAGNET_STAT_LINK_DROPS, have ? ldrops / secs : 0, have);
-  }
-  {
-    emitter lvl{out, 0};
-    lvl(MAGNET_STAT_ALLOWANCE_TX, s.allow_tx);
-    lvl(MAGNET_STAT_ALLOWANCE_RX, s.allow_rx);
-  }
-
-  // vCPUs: fractions of one host CPU.
-  {
-    emitter lvl{out, 0};
-    lvl(MAGNET_STAT_VCPU_COUNT, static_cast<double>(c1.vcpu_ns.size()));
-    std::array<double, 3> sum{};
-    for (const auto& [v, ns1] : c1.vcpu_ns) {
-      auto it = c0.vcpu_ns.find(v);
-      const bool ok = have && it != c0.vcpu_ns.end();
-      static constexpr uint16_t ids[3] = {MAGNET_STAT_VCPU_RUN, MAGNET_STAT_VCPU_WAIT,
-                                          MAGNET_STAT_VCPU_HALT};
-      for (int i = 0; i < 3; ++i) {
-        double f = ok ? rate(ns1[i], it->second[i], secs) / 1e9 : 0;
-        sum[i] += f;
-        emit(ids[i], f, ok, static_cast<uint32_t>(v));
-      }
-    }
-    emit(MAGNET_STAT_VCPU_RUN_SUM, sum[0], have);
-    emit(MAGNET_STAT_VCPU_WAIT_SUM, sum[1], have);
-    emit(MAGNET_STAT_VCPU_HALT_SUM, sum[2], have);
-  }
-
-  // KVM exits.
-  emit(MAGNET_STAT_KVM_EXITS, rate(c1.exits, c0.exits, secs), have);
-  double exit_time = 0;
-  for (const auto& [idx, st] : c1.reasons) {
-    auto it = c0.reasons.find(idx);
-    lat_stat d = it != c0.reasons.end() ? st.since(it->second) : st;
-    if (!have || !d.count) continue;
-    double frac = static_cast<double>(d.total_ns) / 1e9 / secs;
-    if (!is_halt(idx)) exit_time += frac;
-    emit(MAGNET_STAT_KVM_REASON_EXITS, static_cast<double>(d.count) / secs, true, idx);
-    emit(MAGNET_STAT_KVM_REASON_TIME, frac, true, idx);
-    emit(MAGNET_STAT_KVM_REASON_MEAN, d.mean_ns() / 1e3, true, idx);
-  }
-  emit(MAGNET_STAT_KVM_EXIT_TIME, exit_time, have);
-
-  // Block I/O.
-  emit(MAGNET_STAT_BLK_BPS, rate(c1.blk_bytes, c0.blk_bytes, secs), have);
-  emit(MAGNET_STAT_BLK_IOPS, rate(c1.blk_reqs, c0.blk_reqs, secs), have);
-  emit(MAGNET_STAT_BLK_LAT_MEAN, blk.mean() / 1e3, blk.count() > 0);
-  emit(MAGNET_STAT_BLK_LAT_P99, blk.quantile(0.99) / 1e3, blk.count() > 0);
-
+  emit_taps(emit, w);
+  emit_drops_and_queues(emit, w, m);
+  if (!links_.empty()) emit_link(id, s, use, nslots, w.have, secs, out);
   emitter lvl{out, 0};
+  lvl(MAGNET_STAT_ALLOWANCE_TX, s.allow_tx);
+  lvl(MAGNET_STAT_ALLOWANCE_RX, s.allow_rx);
+  emit_vcpus(out, emit, w);
+  emit_kvm(emit, w);
+  emit_blk(emit, w, m);
   lvl(MAGNET_STAT_LOST_EVENTS, static_cast<double>(c1.lost - std::min(c1.lost, s.lost_base)));
+}
+
+// The shared link: the one this VM used most over the history, else the
+// first configured.  Use and availability over the last kLinkSlots slots,
+// and the spread of availability between those slots as its error; its
+// packets' queueing delay and drops there over the rate window's slots.
+void vm_metrics::emit_link(uint32_t id, const vm_state& s, const link_use& use, size_t nslots,
+                           bool have, double secs, std::vector<view::stat_value>& out) const {
+  std::map<size_t, uint64_t> bytes;
+  for (const auto& sl : s.slots)
+    for (const auto& [l, ls] : sl.links) bytes[l] += ls.elastic_bytes + ls.inelastic_bytes;
+  size_t l = 0;
+  uint64_t most = 0;
+  for (auto [i, b] : bytes)
+    if (b > most) most = b, l = i;
+  const link_info& li = links_[l];
+  const bool cap = li.capacity_bps > 0;
+  const size_t nl = std::min(kLinkSlots, s.slots.size());
+  std::map<uint32_t, link_usage> window;
+  std::vector<std::map<uint32_t, link_usage>> per_slot(nl);
+  if (auto it = use.find(l); it != use.end())
+    for (const auto& [vm, v] : it->second) {
+      link_usage sum;
+      for (size_t k = 0; k < v.size(); ++k) {
+        sum.elastic_bps += v[k].elastic_bps / static_cast<double>(v.size());
+        sum.inelastic_bps += v[k].inelastic_bps / static_cast<double>(v.size());
+        sum.limited |= v[k].limited;
+        if (v.size() == nl) per_slot[k][vm] = v[k];
+      }
+      window[vm] = sum;
+    }
+  double avail = available_bps(li.capacity_bps, window, id);
+  if (s.allow_tx > 0) avail = std::min(avail, s.allow_tx);
+  double mean = 0, var = 0;
+  for (const auto& ps : per_slot) mean += available_bps(li.capacity_bps, ps, id) / nl;
+  for (const auto& ps : per_slot) {
+    double a = available_bps(li.capacity_bps, ps, id) - mean;
+    var += a * a / nl;
+  }
+  emitter lemit{out, static_cast<uint32_t>(nl * 100000)};
+  const link_usage& own = window[id];
+  lemit(MAGNET_STAT_LINK_CAPACITY, li.capacity_bps, cap);
+  lemit(MAGNET_STAT_LINK_USE, own.elastic_bps + own.inelastic_bps, nl > 0);
+  lemit(MAGNET_STAT_LINK_AVAILABLE, avail, cap && nl > 0);
+  lemit(MAGNET_STAT_LINK_AVAILABLE_ERR, std::sqrt(var), cap && nl > 1);
+  filters::quantile_sketch d{0.01};
+  uint64_t ldrops = 0;
+  for (size_t k = s.slots.size() - nslots; k < s.slots.size(); ++k)
+    if (auto it = s.slots[k].links.find(l); it != s.slots[k].links.end()) {
+      (void)d.merge(it->second.delay);
+      ldrops += it->second.drops;
+    }
+  emitter emit{out, static_cast<uint32_t>(secs * 1e6)};
+  emit(MAGNET_STAT_LINK_QUEUE_P50, d.quantile(0.5) / 1e3, d.count() > 0);
+  emit(MAGNET_STAT_LINK_QUEUE_P99, d.quantile(0.99) / 1e3, d.count() > 0);
+  emit(MAGNET_STAT_LINK_DROPS, have ? ldrops / secs : 0, have);
 }
 
 const std::vector<view::stat_value>& vm_metrics::stats(uint32_t vm) const {

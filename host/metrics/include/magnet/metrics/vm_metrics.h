@@ -94,9 +94,14 @@ class vm_metrics {
     std::vector<view::stat_value> stats;
   };
 
+  // Per link, per VM: its use in each of the last kLinkSlots slots.
+  using link_use = std::map<size_t, std::map<uint32_t, std::vector<link_usage>>>;
+
   int link_of_device(uint32_t netns, uint32_t ifindex) const;
-  void compute(uint32_t id, vm_state& s,
-               const std::map<size_t, std::map<uint32_t, std::vector<link_usage>>>& use);
+  // The VM's stats of this tick into s.stats.
+  void compute(uint32_t id, vm_state& s, const link_use& use);
+  void emit_link(uint32_t id, const vm_state& s, const link_use& use, size_t nslots, bool have,
+                 double secs, std::vector<view::stat_value>& out) const;
 
   std::vector<link_info> links_;
   std::map<uint32_t, vm_state> vms_;
