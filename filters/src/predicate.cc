@@ -364,6 +364,89 @@ struct parser {
     return s.substr(b, pos - b);
   }
 
+  // "invalid protocol 'ftp' for proto at column 10 (expected tcp, ...)"
+  status bad_value(std::string_view v, std::string_view fname, size_t at_pos, const std::string& what,
+                   const std::string& expected = {}) {
+    return fail("invalid " + what + " '" + std::string(v) + "' for " + std::string(fname) + col(at_pos) +
+                (expected.empty() ? std::string() : " (expected " + expected + ")"));
+  }
+
+  // event == NAME, a prefix (net.sock, net.sock.*) or an id: one value per
+  // event it names.
+  status parse_event(std::string_view v, std::string_view fname, size_t at_pos) {
+    predicate::value val;
+    uint64_t num;
+    if (parse_u64(v, num)) {
+      if (num == 0 || num > 0xffff) return bad_value(v, fname, at_pos, "event id");
+      val.num = num;
+      p.values_.push_back(val);
+      return {};
+    }
+    std::string_view prefix = v;
+    if (prefix.ends_with(".*")) prefix.remove_suffix(2);
+    bool any = false;
+    for (const auto& e : all_events())
+      if (name_matches(e.name, prefix)) {
+        val.num = e.type;
+        p.values_.push_back(val);
+        any = true;
+      }
+    if (any) return {};
+    std::string known;
+    for (const auto& e : all_events()) known += (known.empty() ? "" : ", ") + std::string(e.name);
+    return fail("unknown event '" + std::string(v) + "'" + col(at_pos) +
+                " (events: " + known + "; a prefix such as 'net.sock' selects a group)");
+  }
+
+  // A cgroup id, or an absolute path in a cgroup2 file system (its inode).
+  status parse_cgroup(std::string_view v, std::string_view fname, size_t at_pos, uint64_t& out) {
+    if (parse_u64(v, out)) return {};
+    if (v.empty() || v.front() != '/')
+      return bad_value(v, fname, at_pos, "cgroup", "a number or an absolute path under a cgroup2 mount");
+    std::string path(v);
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0)
+      return fail("cgroup path '" + path + "'" + col(at_pos) + ": " + std::strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+      return fail("cgroup path '" + path + "'" + col(at_pos) + " is not a directory");
+    struct statfs sf{};
+    if (::statfs(path.c_str(), &sf) != 0 || sf.f_type != CGROUP2_SUPER_MAGIC)
+      return fail("cgroup path '" + path + "'" + col(at_pos) + " is not in a cgroup2 file system");
+    out = st.st_ino;  // the kernel's cgroup id is the kernfs inode number
+    return {};
+  }
+
+  // A:p>B:q/proto, as its flow id.
+  status parse_flow(std::string_view v, std::string_view fname, size_t at_pos, uint64_t& out) {
+    auto gt = v.find('>');
+    auto slash = v.rfind('/');
+    if (gt == std::string_view::npos || slash == std::string_view::npos || slash < gt)
+      return bad_value(v, fname, at_pos, "flow", "SRC:PORT>DST:PORT/PROTO, IPv6 in brackets");
+    std::array<uint8_t, 16> sa, da;
+    uint16_t sp, dp;
+    uint64_t pr;
+    if (!parse_endpoint(v.substr(0, gt), sa, sp))
+      return bad_value(v, fname, at_pos, "flow source", "ADDR:PORT or [IPv6]:PORT");
+    if (!parse_endpoint(v.substr(gt + 1, slash - gt - 1), da, dp))
+      return bad_value(v, fname, at_pos, "flow destination", "ADDR:PORT or [IPv6]:PORT");
+    if (!parse_proto(v.substr(slash + 1), pr))
+      return bad_value(v, fname, at_pos, "flow protocol", "tcp, udp or a number");
+    out = magnet_flow_id(sa.data(), da.data(), sp, dp, static_cast<uint8_t>(pr));
+    return {};
+  }
+
+  // Signed: negative sizes are -errno.  Stored as the two's complement.
+  status parse_size(std::string_view v, std::string_view fname, size_t at_pos, uint64_t& out) {
+    std::string_view t = v;
+    bool neg = !t.empty() && t.front() == '-';
+    if (neg) t.remove_prefix(1);
+    uint64_t mag;
+    if (!parse_u64(t, mag) || mag > (neg ? 0x80000000ull : 0x7fffffffull))
+      return bad_value(v, fname, at_pos, "size", "a 32-bit signed number");
+    out = static_cast<uint64_t>(neg ? -static_cast<int64_t>(mag) : static_cast<int64_t>(mag));
+    return {};
+  }
+
   status parse_value(pfield f, std::string_view fname, std::string_view after) {
     skip_ws();
     size_t at_pos = pos;
@@ -373,100 +456,30 @@ struct parser {
       return fail("expected a value after '" + std::string(after) + "'" + col(at_pos) +
                   (at_pos < s.size() ? ", found " + found() : std::string()));
     }
-    std::string fn(fname);
-    // "invalid protocol 'ftp' for proto at column 10 (expected tcp, ...)"
-    auto bad = [&](std::string what, std::string expected = {}) {
-      return fail("invalid " + what + " '" + std::string(v) + "' for " + fn + col(at_pos) +
-                  (expected.empty() ? std::string() : " (expected " + expected + ")"));
-    };
+    if (f == pfield::event) return parse_event(v, fname, at_pos);
     predicate::value val;
+    status st;
     switch (f) {
-      case pfield::event: {
-        uint64_t num;
-        if (parse_u64(v, num)) {
-          if (num == 0 || num > 0xffff) return bad("event id");
-          val.num = num;
-          p.values_.push_back(val);
-          return {};
-        }
-        std::string_view prefix = v;
-        if (prefix.ends_with(".*")) prefix.remove_suffix(2);
-        bool any = false;
-        for (const auto& e : all_events())
-          if (name_matches(e.name, prefix)) {
-            val.num = e.type;
-            p.values_.push_back(val);
-            any = true;
-          }
-        if (!any) {
-          std::string known;
-          for (const auto& e : all_events()) known += (known.empty() ? "" : ", ") + std::string(e.name);
-          return fail("unknown event '" + std::string(v) + "'" + col(at_pos) +
-                      " (events: " + known + "; a prefix such as 'net.sock' selects a group)");
-        }
-        return {};
-      }
-      case pfield::cgroup: {
-        if (parse_u64(v, val.num)) break;
-        if (v.empty() || v.front() != '/')
-          return bad("cgroup", "a number or an absolute path under a cgroup2 mount");
-        std::string path(v);
-        struct stat st{};
-        if (::stat(path.c_str(), &st) != 0)
-          return fail("cgroup path '" + path + "'" + col(at_pos) + ": " + std::strerror(errno));
-        if (!S_ISDIR(st.st_mode))
-          return fail("cgroup path '" + path + "'" + col(at_pos) + " is not a directory");
-        struct statfs sf{};
-        if (::statfs(path.c_str(), &sf) != 0 || sf.f_type != CGROUP2_SUPER_MAGIC)
-          return fail("cgroup path '" + path + "'" + col(at_pos) +
-                      " is not in a cgroup2 file system");
-        val.num = st.st_ino;  // the kernel's cgroup id is the kernfs inode number
-        break;
-      }
-      case pfield::flow: {
-        // A:p>B:q/proto
-        auto gt = v.find('>');
-        auto slash = v.rfind('/');
-        if (gt == std::string_view::npos || slash == std::string_view::npos || slash < gt)
-          return bad("flow", "SRC:PORT>DST:PORT/PROTO, IPv6 in brackets");
-        std::array<uint8_t, 16> sa, da;
-        uint16_t sp, dp;
-        uint64_t pr;
-        if (!parse_endpoint(v.substr(0, gt), sa, sp))
-          return bad("flow source", "ADDR:PORT or [IPv6]:PORT");
-        if (!parse_endpoint(v.substr(gt + 1, slash - gt - 1), da, dp))
-          return bad("flow destination", "ADDR:PORT or [IPv6]:PORT");
-        if (!parse_proto(v.substr(slash + 1), pr)) return bad("flow protocol", "tcp, udp or a number");
-        val.num = magnet_flow_id(sa.data(), da.data(), sp, dp, static_cast<uint8_t>(pr));
-        break;
-      }
+      case pfield::cgroup: st = parse_cgroup(v, fname, at_pos, val.num); break;
+      case pfield::flow: st = parse_flow(v, fname, at_pos, val.num); break;
+      case pfield::size: st = parse_size(v, fname, at_pos, val.num); break;
       case pfield::saddr:
       case pfield::daddr:
       case pfield::addr:
-        if (!parse_addr(v, val.addr)) return bad("address", "an IPv4 or IPv6 literal");
+        if (!parse_addr(v, val.addr)) return bad_value(v, fname, at_pos, "address", "an IPv4 or IPv6 literal");
         break;
       case pfield::proto:
-        if (!parse_proto(v, val.num)) return bad("protocol", "tcp, udp, icmp, icmpv6, sctp or 0..255");
+        if (!parse_proto(v, val.num))
+          return bad_value(v, fname, at_pos, "protocol", "tcp, udp, icmp, icmpv6, sctp or 0..255");
         break;
-      case pfield::size: {
-        // Signed: negative sizes are -errno.  Stored as the two's complement.
-        std::string_view t = v;
-        bool neg = !t.empty() && t.front() == '-';
-        if (neg) t.remove_prefix(1);
-        uint64_t mag;
-        if (!parse_u64(t, mag) || mag > (neg ? 0x80000000ull : 0x7fffffffull))
-          return bad("size", "a 32-bit signed number");
-        int64_t sv = neg ? -static_cast<int64_t>(mag) : static_cast<int64_t>(mag);
-        val.num = static_cast<uint64_t>(sv);
-        break;
-      }
       default:
-        if (!parse_u64(v, val.num)) return bad("number", "decimal or 0x hex");
+        if (!parse_u64(v, val.num)) return bad_value(v, fname, at_pos, "number", "decimal or 0x hex");
         if (val.num > field_max(f))
-          return fail("value " + std::string(v) + " out of range for " + fn + col(at_pos) +
+          return fail("value " + std::string(v) + " out of range for " + std::string(fname) + col(at_pos) +
                       " (max " + std::to_string(field_max(f)) + ")");
         break;
     }
+    if (!st) return st;
     p.values_.push_back(val);
     return {};
   }
