@@ -8,7 +8,8 @@
 // batch), at most 16 replies wait, and there are hello, frame and write
 // deadlines and a message rate.  A resynchronising connection (a
 // virtio-serial channel, which outlives its users) answers bad bytes with
-// an error and looks for the next frame instead of closing.
+// an error and looks for the next frame instead of closing; one that keeps
+// misbehaving is not read for a while (flood_limits).
 //
 // A session whose peer is a guest (the host daemon's) hands it event records
 // only through the guest schema (magnet/guest_schema.h): refused types never,
@@ -38,13 +39,40 @@ namespace magnet::view {
 
 using steady = std::chrono::steady_clock;
 
+// What a resynchronising peer (a virtio-serial channel: never closed for
+// bad bytes, see server_session) may cost its server.  Every message that
+// earns an error (a bad frame, a message over the rate, a refused one) is
+// a strike.  @max_strikes strikes, or more than @max_bytes read, within one
+// @window stop the reading of that channel for a backoff that doubles from
+// @backoff_min to @backoff_max, after which it is resynchronised; a strike
+// after @calm without one starts the backoff over.  Meanwhile its bytes
+// stay in the kernel's and QEMU's buffers (the guest's writes block), not
+// in the server.  Its error frames: at most one per @error_interval, the
+// next one saying how many were not sent.
+//
+// A well-behaved peer is far from these: the agent sends a resync every
+// 250 ms until answered, then a hello, a subscribe (under 1 KiB) and a
+// ping a second.
+struct flood_limits {
+  unsigned max_strikes = 8;
+  size_t max_bytes = 64u << 10;
+  std::chrono::milliseconds window{1000};
+  std::chrono::milliseconds backoff_min{100}, backoff_max{5000};
+  std::chrono::milliseconds calm{10000};
+  std::chrono::milliseconds error_interval{1000};
+};
+
 struct server_limits {
   std::chrono::milliseconds hello_deadline{5000};  // non-resynchronising: hello after connect
+  // Non-resynchronising: a subscribe within this of connecting (0: none).
+  // The host's vsock peers hold one of their VM's few connection slots.
+  std::chrono::milliseconds subscribe_deadline{0};
   std::chrono::milliseconds frame_deadline{1000};  // a frame's bytes, first to last
   std::chrono::milliseconds write_deadline{5000};  // one write in flight
   unsigned max_msgs_per_s = 50;                    // burst twice that
   size_t max_event_bytes = 256u << 10;             // queued event batches
   uint32_t max_events_per_s = 20000;               // event records
+  flood_limits serial;                             // resynchronising sessions
 };
 
 // What a server publishes for one subject (a VM on the host; the guest's
@@ -61,8 +89,10 @@ struct token_bucket {
   double rate = 1, burst = 1, tokens = 1;
   steady::time_point last = steady::now();
   token_bucket() = default;
-  token_bucket(double r, double b) : rate(r), burst(b), tokens(b) {}
-  bool take(double n = 1);
+  token_bucket(double r, double b, steady::time_point now = steady::now())
+      : rate(r), burst(b), tokens(b), last(now) {}
+  bool take(double n = 1) { return take_at(steady::now(), n); }
+  bool take_at(steady::time_point now, double n = 1);
 };
 
 // At most a few lines per message id and subject every ten seconds; the
@@ -111,11 +141,17 @@ struct session_info {
   int kind = 0;
   std::string kind_name;
   uint32_t peer = 0;  // what the owner knows of the peer (a CID, a uid)
+  uint32_t peer_port = 0;  // vsock: the peer's source port
   bool hello = false, subscribed = false;
   uint32_t period_ms = 0;
   uint8_t mode = 0;
   uint64_t frames = 0, bytes = 0, stats_replaced = 0, events_lost = 0;
   size_t queued = 0;  // bytes waiting in the server for this connection
+  // What the peer cost the server: its bytes read, reads, time in their
+  // handling; pauses of a flooding resynchronising peer, and error frames
+  // not sent to it (flood_limits).
+  uint64_t bytes_in = 0, reads = 0, read_ns = 0, pauses = 0, errors_unsent = 0;
+  bool paused = false;
   std::string label;
 };
 
@@ -131,6 +167,7 @@ class server_session : public std::enable_shared_from_this<server_session> {
     bool resyncable = false;
     // The peer is a guest: event types and fields per the guest schema.
     bool guest_peer = false;
+    uint32_t peer_port = 0;
   };
   server_session(std::shared_ptr<session_owner> owner, socket s, params p);
 
@@ -152,12 +189,24 @@ class server_session : public std::enable_shared_from_this<server_session> {
   int kind() const { return p_.kind; }
   uint32_t peer() const { return p_.peer; }
   bool closed() const { return closed_; }
+  // Closed, or closing after its last error frame.
+  bool ending() const { return closed_ || closing_; }
+  // It subscribed at least once: the subscribe deadline is met.
+  bool has_subscribed() const { return ever_subscribed_; }
+  steady::time_point opened() const { return opened_; }
 
  private:
   void read();
   void on_read(boost::system::error_code ec, size_t n);
   void handle(frame& f);
   void reject(uint16_t code, const std::string& why);
+  // An error frame for the peer's bad input; on a resynchronising session
+  // a strike, and sent at most once per flood_limits::error_interval.
+  void answer_error(uint16_t code, const std::string& why, bool strike = true);
+  void strike(steady::time_point now);
+  bool over_budget() const;
+  void pause();
+  void resume();
   bool marker_changed() const;
   std::chrono::milliseconds slack() const;
   bool changed() const;
@@ -177,6 +226,7 @@ class server_session : public std::enable_shared_from_this<server_session> {
   boost::asio::steady_timer push_;
   reader rd_;
   bool hello_ = false, subscribed_ = false, closed_ = false, closing_ = false;
+  bool ever_subscribed_ = false;
   bool writing_ = false, push_armed_ = false;
   uint8_t version_ = MAGNET_VIEW_VERSION;
   subscribe sub_;
@@ -195,6 +245,16 @@ class server_session : public std::enable_shared_from_this<server_session> {
   uint32_t batch_n_ = 0;
   uint64_t lost_since_batch_ = 0;
   uint64_t frames_ = 0, bytes_ = 0, stats_replaced_ = 0, events_lost_ = 0;
+  uint64_t bytes_in_ = 0, reads_ = 0, pauses_ = 0, errors_unsent_ = 0;
+  std::chrono::nanoseconds read_time_{0};
+  // Resynchronising sessions: the flood guard (flood_limits).
+  boost::asio::steady_timer resume_;
+  bool paused_ = false;
+  unsigned strikes_ = 0;
+  size_t window_bytes_ = 0;
+  uint64_t unsent_since_error_ = 0;
+  steady::time_point window_start_{}, last_strike_{}, last_error_{};
+  std::chrono::milliseconds backoff_{0};
   guest_context guest_;  // guest peers: the key of this session's ids
 };
 

@@ -33,8 +33,8 @@ std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) +
 
 }  // namespace
 
-bool token_bucket::take(double n) {
-  auto now = steady::now();
+bool token_bucket::take_at(steady::time_point now, double n) {
+  if (now < last) now = last;  // a caller's clock reading older than the last one
   tokens = std::min(burst, tokens + std::chrono::duration<double>(now - last).count() * rate);
   last = now;
   if (tokens < n) return false;
@@ -68,7 +68,8 @@ server_session::server_session(std::shared_ptr<session_owner> owner, socket s, p
       push_(owner_->io()),
       msgs_(owner_->limits().max_msgs_per_s, 2.0 * owner_->limits().max_msgs_per_s),
       event_budget_(owner_->limits().max_events_per_s, owner_->limits().max_events_per_s),
-      opened_(steady::now()) {}
+      opened_(steady::now()),
+      resume_(owner_->io()) {}
 
 void server_session::start() {
   if (p_.guest_peer) {
@@ -87,6 +88,7 @@ void server_session::close(const std::string& why, bool warn) {
               where() + " connection closed: " + why);
   boost::system::error_code ec;
   push_.cancel();
+  resume_.cancel();
   sock_.shutdown(socket::shutdown_both, ec);
   sock_.close(ec);
   owner_->forget(this);
@@ -114,7 +116,12 @@ void server_session::check(steady::time_point now) {
   const auto& lim = owner_->limits();
   if (!p_.resyncable && !hello_ && now - opened_ > lim.hello_deadline)
     return fail(MAGNET_VERR_TIMEOUT, "no hello within " + ms(lim.hello_deadline));
-  if (rd_.partial() && now - frame_start_ > lim.frame_deadline) {
+  if (!p_.resyncable && lim.subscribe_deadline.count() > 0 && !ever_subscribed_ &&
+      now - opened_ > lim.subscribe_deadline)
+    return fail(MAGNET_VERR_TIMEOUT, "no subscribe within " + ms(lim.subscribe_deadline) +
+                                         " of connecting");
+  // A paused channel's partial frame is dropped when it resumes.
+  if (!paused_ && rd_.partial() && now - frame_start_ > lim.frame_deadline) {
     if (!p_.resyncable)
       return fail(MAGNET_VERR_TIMEOUT, "a frame did not complete within " + ms(lim.frame_deadline));
     owner_->log(1, "bad_frame", p_.subject,
@@ -201,6 +208,13 @@ session_info server_session::info() const {
   i.queued = (writing_ ? wbuf_.size() : 0) + events_bytes_;
   for (const auto* q : {&control_, &stats_})
     for (const auto& b : *q) i.queued += b.size();
+  i.peer_port = p_.peer_port;
+  i.bytes_in = bytes_in_;
+  i.reads = reads_;
+  i.read_ns = static_cast<uint64_t>(read_time_.count());
+  i.pauses = pauses_;
+  i.errors_unsent = errors_unsent_;
+  i.paused = paused_;
   i.label = label_;
   return i;
 }
@@ -216,32 +230,105 @@ void server_session::read() {
 void server_session::on_read(boost::system::error_code ec, size_t n) {
   if (closed_) return;
   if (ec) return close(ec == asio::error::eof ? "the peer closed it" : "read: " + ec.message(), false);
-  if (!rd_.partial()) frame_start_ = steady::now();
+  const auto t0 = steady::now();
+  ++reads_;
+  bytes_in_ += n;
+  if (!rd_.partial()) frame_start_ = t0;
   rd_.commit(n);
+  if (p_.resyncable) {
+    if (t0 - window_start_ >= owner_->limits().serial.window) {
+      window_start_ = t0;
+      strikes_ = 0;
+      window_bytes_ = 0;
+    }
+    window_bytes_ += n;
+  }
+  const std::string rate_why =
+      "more than " + std::to_string(owner_->limits().max_msgs_per_s) + " messages per second";
   frame f;
   error e;
-  for (;;) {
+  // A resynchronising peer over its budget is not served the rest of what
+  // it sent: that is dropped when the channel resumes.
+  while (!(p_.resyncable && over_budget())) {
     auto st = rd_.next(f, e);
     if (st == reader::state::more) break;
     if (st == reader::state::bad) {
       if (!p_.resyncable) return fail(MAGNET_VERR_BAD_FRAME, e.message);
       owner_->log(1, "bad_frame", p_.subject, where() + ": " + e.message + "; resynchronising");
-      queue_control(errmsg{MAGNET_VERR_BAD_FRAME, e.message});
+      answer_error(MAGNET_VERR_BAD_FRAME, e.message);
       rd_.resync();
       continue;
     }
     frame_start_ = steady::now();
     if (!msgs_.take()) {
-      if (!p_.resyncable)
-        return fail(MAGNET_VERR_RATE,
-                    "more than " + std::to_string(owner_->limits().max_msgs_per_s) +
-                        " messages per second");
+      if (!p_.resyncable) return fail(MAGNET_VERR_RATE, rate_why);
       owner_->log(1, "rate", p_.subject, where() + ": message rate above the limit, dropped");
+      answer_error(MAGNET_VERR_RATE, rate_why + ": dropped");
       continue;
     }
     handle(f);
     if (closed_ || closing_) return;
   }
+  read_time_ += steady::now() - t0;
+  if (p_.resyncable && over_budget()) return pause();
+  read();
+}
+
+bool server_session::over_budget() const {
+  const auto& fl = owner_->limits().serial;
+  return strikes_ >= fl.max_strikes || window_bytes_ > fl.max_bytes;
+}
+
+void server_session::strike(steady::time_point now) {
+  if (now - last_strike_ >= owner_->limits().serial.calm) backoff_ = {};  // it behaved: start over
+  last_strike_ = now;
+  ++strikes_;
+}
+
+void server_session::answer_error(uint16_t code, const std::string& why, bool strikes) {
+  if (!p_.resyncable) return queue_control(errmsg{code, why});
+  const auto now = steady::now();
+  if (strikes) strike(now);
+  if (last_error_ != steady::time_point{} && now - last_error_ < owner_->limits().serial.error_interval) {
+    ++errors_unsent_;
+    ++unsent_since_error_;
+    return;
+  }
+  last_error_ = now;
+  std::string text = why;
+  if (unsent_since_error_)
+    text += " (and " + std::to_string(unsent_since_error_) + " more errors not sent)";
+  unsent_since_error_ = 0;
+  queue_control(errmsg{code, text});
+}
+
+// Stops reading a flooding channel; its bytes wait in the kernel and QEMU.
+void server_session::pause() {
+  const auto& fl = owner_->limits().serial;
+  backoff_ = backoff_.count() ? std::min(backoff_ * 2, fl.backoff_max) : fl.backoff_min;
+  paused_ = true;
+  ++pauses_;
+  const std::string why =
+      (strikes_ >= fl.max_strikes ? std::to_string(strikes_) + " bad or refused messages"
+                                  : std::to_string(window_bytes_) + " bytes") +
+      " within " + ms(fl.window) + ": not read for " + ms(backoff_) + ", then resynchronised";
+  owner_->log(1, "flood", p_.subject, where() + ": " + why);
+  answer_error(MAGNET_VERR_RATE, why, false);
+  resume_.expires_after(backoff_);
+  resume_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec && !self->closed_ && !self->closing_) self->resume();
+  });
+}
+
+void server_session::resume() {
+  paused_ = false;
+  // What was left of the flood in the reader is void; the next frame is
+  // found by its magic.
+  rd_ = reader{};
+  rd_.resync();
+  window_start_ = steady::now();
+  strikes_ = 0;
+  window_bytes_ = 0;
   read();
 }
 
@@ -287,7 +374,7 @@ void server_session::handle(frame& f) {
   }
   if (std::holds_alternative<pong>(f.m) || std::holds_alternative<errmsg>(f.m)) return;
   if (std::holds_alternative<unknown>(f.m))
-    return queue_control(errmsg{MAGNET_VERR_UNKNOWN_TYPE, "unknown message type " + type_name(t)});
+    return answer_error(MAGNET_VERR_UNKNOWN_TYPE, "unknown message type " + type_name(t));
   if (t >= 0x20 && t < 0x40)
     return reject(MAGNET_VERR_BAD_FRAME, "a client does not send " + type_name(t));
   if (!hello_) return reject(MAGNET_VERR_NOT_NOW, type_name(t) + " before hello");
@@ -307,7 +394,7 @@ void server_session::handle(frame& f) {
     sub_ = std::move(*s);
     ids_ = std::set<uint16_t>(sub_.ids.begin(), sub_.ids.end());
     ev_types_ = std::set<uint16_t>(sub_.events.begin(), sub_.events.end());
-    subscribed_ = true;
+    subscribed_ = ever_subscribed_ = true;
     gaps_sent_ = pub->gaps;
     last_sent_.clear();
     last_push_ = {};
@@ -332,7 +419,7 @@ void server_session::handle(frame& f) {
 void server_session::reject(uint16_t code, const std::string& why) {
   if (++rejects_ > 10 && !p_.resyncable) return fail(code, why + " (too many errors: closing)");
   owner_->log(1, "rejected", p_.subject, where() + ": " + why);
-  queue_control(errmsg{code, why});
+  answer_error(code, why);
 }
 
 bool server_session::changed() const {

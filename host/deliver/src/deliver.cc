@@ -13,6 +13,8 @@
 #include <optional>
 #include <set>
 
+#include <boost/asio/thread_pool.hpp>
+
 #include "magnet/log.h"
 #include "magnet/event.h"
 #include "magnet/record.h"
@@ -37,6 +39,11 @@ namespace {
 
 uint64_t now_ns() { return view::monotonic_now_ns(); }
 
+// CID checks waiting for the registry at once, all VMs together: each VM's
+// are bounded by its accept rate already; this bounds them all when the
+// registry is slow to answer.
+constexpr unsigned kMaxChecks = 16;
+
 void log_sink(int level, const std::string& line) { log_line(level, line); }
 
 }  // namespace
@@ -57,6 +64,11 @@ struct delivery_hub::impl : view::session_owner, std::enable_shared_from_this<im
   asio::io_context& io_;
   deliver_options opt;
   view::server_limits lim;
+  vsock_admission adm;
+  // Where cid_owner runs (it may block on libvirt); results come back to
+  // the io thread.
+  std::unique_ptr<asio::thread_pool> checker;
+  unsigned checking = 0;
   std::unique_ptr<asio::basic_socket_acceptor<gproto>> acceptor;
   asio::steady_timer housekeeping;
   std::map<uint32_t, vm_entry> vms;
@@ -64,8 +76,14 @@ struct delivery_hub::impl : view::session_owner, std::enable_shared_from_this<im
   view::log_limiter log_{log_sink, "magnet-host: "};
   bool stopped = false;
 
-  impl(asio::io_context& i, deliver_options o) : io_(i), opt(std::move(o)), housekeeping(i) {
+  impl(asio::io_context& i, deliver_options o)
+      : io_(i),
+        opt(std::move(o)),
+        adm({opt.vsock_any_port, opt.vsock_accepts_per_s, opt.vsock_accept_burst, opt.max_conns_per_vm}),
+        housekeeping(i) {
     lim.hello_deadline = opt.hello_deadline;
+    lim.subscribe_deadline = opt.subscribe_deadline;
+    lim.serial = opt.serial_flood;
     lim.frame_deadline = opt.frame_deadline;
     lim.write_deadline = opt.write_deadline;
     lim.max_msgs_per_s = opt.max_msgs_per_s;
@@ -101,12 +119,13 @@ struct delivery_hub::impl : view::session_owner, std::enable_shared_from_this<im
     return it != vms.end() ? "vm " + it->second.id.name + " (id " + std::to_string(vm) + ")"
                            : "vm id " + std::to_string(vm);
   }
-  std::shared_ptr<session> add(gsock s, transport kind, uint32_t vm, uint32_t cid, uint64_t sid) {
+  std::shared_ptr<session> add(gsock s, transport kind, uint32_t vm, uint32_t cid, uint64_t sid,
+                               uint32_t port = 0) {
     // Every peer of the hub is a guest (adopt()'s test sockets stand in
     // for one).
     view::server_session::params p{vm, sid, static_cast<int>(kind),
                                    std::string(transport_name(kind)), cid,
-                                   kind == transport::serial, true};
+                                   kind == transport::serial, true, port};
     auto sess = std::make_shared<session>(shared_from_this(), std::move(s), std::move(p));
     sessions.push_back(sess);
     sess->start();
@@ -114,9 +133,12 @@ struct delivery_hub::impl : view::session_owner, std::enable_shared_from_this<im
   }
   void accept();
   void on_accept(gsock s, const gproto::endpoint& peer);
+  void admit(gsock s, vsock_peer p);
+  void check_cid(gsock s, vsock_peer p, uint32_t vm, uint64_t sid);
+  void settle(gsock s, vsock_peer p, uint32_t vm, uint64_t sid, const result<uint32_t>& owner);
+  void refuse(gsock& s, vsock_peer p, const verdict& v);
   void connect_channel(uint32_t vm);
   void tick();
-  unsigned count(uint32_t vm, transport t) const;
 };
 
 // --------------------------------------------------------------------- hub ---
@@ -131,13 +153,6 @@ void delivery_hub::impl::forget(const session* s) {
         e.retry_at = clock_type::now() + std::chrono::seconds(1);
       }
   });
-}
-
-unsigned delivery_hub::impl::count(uint32_t vm, transport t) const {
-  unsigned n = 0;
-  for (const auto& s : sessions)
-    n += !s->closed() && s->subject() == vm && s->kind() == static_cast<int>(t);
-  return n;
 }
 
 void delivery_hub::impl::accept() {
@@ -167,33 +182,95 @@ void delivery_hub::impl::on_accept(gsock s, const gproto::endpoint& peer) {
     s.close(ec);
     return;
   }
-  const uint32_t cid = reinterpret_cast<const sockaddr_vm*>(peer.data())->svm_cid;
-  const std::string c = "cid " + std::to_string(cid);
-  auto refuse = [&](const std::string& subject, const std::string& why) {
-    log_.line(1, "deliver.refused", subject, "vsock connection from " + c + " refused: " + why);
-    std::vector<uint8_t> b;
-    (void)view::encode(b, view::errmsg{MAGNET_VERR_REFUSED, why}, 1, now_ns());
-    // Best effort and non-blocking: the refusal must not wait on the peer.
-    s.non_blocking(true, ec);
-    s.send(asio::buffer(b), 0, ec);
-    s.close(ec);
-  };
-  // 0 hypervisor, 1 local loopback, 2 this host: never a guest.
-  if (cid <= VMADDR_CID_HOST || cid == VMADDR_CID_ANY)
-    return refuse(c, "CID " + std::to_string(cid) + " is not a guest's");
-  const vm_entry* match = nullptr;
-  int n = 0;
-  for (const auto& [id, e] : vms)
-    if (e.id.cid == cid) match = &e, ++n;
-  if (n != 1) return refuse(c, n ? "CID claimed by several domains" : "no running domain has this CID");
+  const auto* sa = reinterpret_cast<const sockaddr_vm*>(peer.data());
+  admit(std::move(s), {sa->svm_cid, sa->svm_port});
+}
+
+// A refused connection costs the accept and one non-blocking write.
+void delivery_hub::impl::refuse(gsock& s, vsock_peer p, const verdict& v) {
+  adm.count(v.vm, v.why);
+  const std::string from = "cid " + std::to_string(p.cid);
+  log_.line(1, "deliver.refused." + std::string(refusal_name(v.why)), v.vm ? who(v.vm) : from,
+            "vsock connection from " + from + " refused: " + v.text + " (source port " +
+                std::to_string(p.port) + ")");
+  std::vector<uint8_t> b;
+  (void)view::encode(b, view::errmsg{v.why == refusal::rate ? uint16_t{MAGNET_VERR_RATE}
+                                                            : uint16_t{MAGNET_VERR_REFUSED},
+                                     v.text},
+                     1, now_ns());
+  boost::system::error_code ec;
+  s.non_blocking(true, ec);
+  s.send(asio::buffer(b), 0, ec);
+  s.close(ec);
+}
+
+void delivery_hub::impl::admit(gsock s, vsock_peer p) {
+  std::vector<known_vm> known;
+  for (const auto& [id, e] : vms) known.push_back({id, e.id.cid});
+  auto v = adm.screen(p, known, clock_type::now());
+  if (!v.admitted()) return refuse(s, p, v);
+  const uint64_t sid = vms.at(v.vm).id.session_id;
+  if (!opt.cid_owner) return settle(std::move(s), p, v.vm, sid, result<uint32_t>(v.vm));
+  if (!checker || checking >= kMaxChecks)
+    return refuse(s, p, {refusal::busy, v.vm, "the host is busy checking other connections' CIDs"});
+  check_cid(std::move(s), p, v.vm, sid);
+}
+
+// Asks the registry off the io thread; the answer is settled on it.
+void delivery_hub::impl::check_cid(gsock s, vsock_peer p, uint32_t vm, uint64_t sid) {
+  ++checking;
+  auto sock = std::make_shared<gsock>(std::move(s));
+  std::weak_ptr<impl> w = shared_from_this();
+  asio::post(*checker, [w, io = &io_, ask = opt.cid_owner, sock, p, vm, sid]() mutable {
+    result<uint32_t> owner = error{"no answer"};
+    try {
+      owner = ask(p.cid);
+    } catch (const std::exception& e) {
+      owner = error{std::string("the check failed: ") + e.what()};
+    }
+    // The socket goes back with the answer: it is closed on the io thread.
+    asio::post(*io, [w, sock = std::move(sock), p, vm, sid, owner = std::move(owner)]() mutable {
+      auto self = w.lock();
+      if (!self) return;
+      --self->checking;
+      if (self->stopped) return;
+      self->settle(std::move(*sock), p, vm, sid, owner);
+    });
+  });
+}
+
+void delivery_hub::impl::settle(gsock s, vsock_peer p, uint32_t vm, uint64_t sid,
+                                const result<uint32_t>& owner) {
+  // The hub's own list may have changed while the registry was asked.
+  auto it = vms.find(vm);
+  if (it == vms.end() || it->second.id.session_id != sid)
+    return refuse(s, p, {refusal::changed, vm, "its VM stopped or restarted meanwhile"});
+  if (it->second.id.cid != p.cid)
+    return refuse(s, p, {refusal::moved, vm, "CID " + std::to_string(p.cid) + " is not this VM's any more"});
+  if (auto c = vsock_admission::confirm(p, vm, owner); !c.admitted()) return refuse(s, p, c);
   // The registry may lag behind a VM that just stopped: its QEMU must live.
-  if (match->id.qemu_pid <= 0 || (::kill(match->id.qemu_pid, 0) != 0 && errno == ESRCH))
-    return refuse(who(match->id.vm_id), "its QEMU process is gone");
-  if (count(match->id.vm_id, transport::vsock) >= opt.max_conns_per_vm)
-    return refuse(who(match->id.vm_id),
-                  "more than " + std::to_string(opt.max_conns_per_vm) + " connections");
-  log_.line(2, "deliver.accepted", who(match->id.vm_id), "vsock connection from " + c);
-  add(std::move(s), transport::vsock, match->id.vm_id, cid, match->id.session_id);
+  const auto& id = it->second.id;
+  if (id.qemu_pid <= 0 || (::kill(id.qemu_pid, 0) != 0 && errno == ESRCH))
+    return refuse(s, p, {refusal::qemu_gone, vm, "its QEMU process is gone"});
+  std::vector<std::shared_ptr<session>> mine;
+  std::vector<open_conn> open;
+  for (const auto& x : sessions)
+    if (!x->ending() && x->subject() == vm && x->kind() == static_cast<int>(transport::vsock)) {
+      mine.push_back(x);
+      open.push_back({x->has_subscribed(), x->opened()});
+    }
+  auto pl = adm.place(open);
+  if (pl.why != refusal::none) return refuse(s, p, {pl.why, vm, pl.text});
+  if (pl.evict) {
+    log_.line(1, "deliver.replaced", who(vm),
+              "vsock connection from port " + std::to_string(mine[*pl.evict]->info().peer_port) +
+                  " closed for a new one from port " + std::to_string(p.port) + ": " + pl.text);
+    mine[*pl.evict]->fail(MAGNET_VERR_REFUSED, pl.text);
+  }
+  adm.count_accepted(vm, pl.evict.has_value());
+  log_.line(2, "deliver.accepted", who(vm),
+            "vsock connection from cid " + std::to_string(p.cid) + " port " + std::to_string(p.port));
+  add(std::move(s), transport::vsock, vm, p.cid, sid, p.port);
 }
 
 void delivery_hub::impl::connect_channel(uint32_t vm) {
@@ -264,6 +341,7 @@ delivery_hub::~delivery_hub() { stop(); }
 
 status delivery_hub::start() {
   p_->tick();
+  if (p_->opt.cid_owner && !p_->checker) p_->checker = std::make_unique<asio::thread_pool>(1);
   using vm = deliver_options::vsock_mode;
   if (p_->opt.vsock == vm::off) return {};
   if (p_->opt.vsock == vm::automatic && ::access("/dev/vhost-vsock", F_OK) != 0) {
@@ -308,6 +386,12 @@ void delivery_hub::stop() {
   boost::system::error_code ec;
   if (p_->acceptor) p_->acceptor->close(ec);
   p_->housekeeping.cancel();
+  // A check in flight ends with its registry call (answers after this are
+  // dropped: the hub is stopped).
+  if (p_->checker) {
+    p_->checker->stop();
+    p_->checker->join();
+  }
 }
 
 bool delivery_hub::listening_vsock() const { return p_->acceptor && p_->acceptor->is_open(); }
@@ -344,6 +428,9 @@ void delivery_hub::set_vms(const std::vector<vm_ident>& list) {
   }
   for (const auto& [id, v] : now)
     if (!p_->vms.count(id)) p_->vms[id].id = v;
+  std::set<uint32_t> running;
+  for (const auto& [id, v] : now) running.insert(id);
+  p_->adm.keep_only(running);
   for (auto& [id, e] : p_->vms)
     if (e.subscribes.rate != p_->opt.max_subscribes_per_s)
       e.subscribes = view::token_bucket(p_->opt.max_subscribes_per_s, p_->opt.max_subscribes_per_s);
@@ -388,6 +475,14 @@ void delivery_hub::adopt(uint32_t vm, int fd, transport kind) {
   uint64_t sid = it != p_->vms.end() ? it->second.id.session_id : 0;
   p_->add(std::move(s), kind, vm, 0, sid);
 }
+
+void delivery_hub::accept_vsock(int fd, vsock_peer peer) {
+  gsock s(p_->io_);
+  s.assign(gproto(AF_UNIX, 0), fd);
+  p_->admit(std::move(s), peer);
+}
+
+std::map<uint32_t, accept_counts> delivery_hub::vsock_counts() const { return p_->adm.counts(); }
 
 std::vector<view::session_info> delivery_hub::sessions() const {
   std::vector<view::session_info> v;
