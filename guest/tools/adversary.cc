@@ -3,7 +3,9 @@
 // own hypervisor's).  Each mode tries one thing against the host daemon's
 // vsock port and prints one JSON line saying what the host did.
 //
-//   magnet-adversary MODE [--cid C] [--port P] [args]
+//   magnet-adversary MODE [--cid C] [--port P] [--unprivileged-port] [args]
+//     (connects from a source port below 1024, as the guest's root does;
+//     --unprivileged-port: from one the kernel picks, as any user can)
 //     forged-hello NAME UUID  hello naming another VM, subscribe to every
 //                             stat and to events; prints what arrives
 //     malformed               bytes that are no frame
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "magnet/event.h"
+#include "magnet/reserved_port.h"
 #include "magnet/view_codec.h"
 
 namespace {
@@ -39,6 +42,7 @@ namespace {
 using namespace magnet;
 
 uint32_t g_cid = VMADDR_CID_HOST, g_port = MAGNET_VIEW_VSOCK_PORT;
+bool g_privileged = true;
 
 uint64_t now_ns() {
   timespec ts;
@@ -49,6 +53,11 @@ uint64_t now_ns() {
 int dial() {
   int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
+  if (g_privileged)
+    if (auto p = bind_reserved_vsock_port(fd); !p) {
+      close(fd);
+      return -p.err().code;
+    }
   sockaddr_vm sa{};
   sa.svm_family = AF_VSOCK;
   sa.svm_cid = g_cid;
@@ -324,6 +333,10 @@ int watch(int seconds, int period_ms) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
+  if (auto u = std::find(a.begin(), a.end(), "--unprivileged-port"); u != a.end()) {
+    g_privileged = false;
+    a.erase(u);
+  }
   for (size_t i = 0; i + 1 < a.size();) {
     if (a[i] == "--cid") {
       g_cid = static_cast<uint32_t>(std::stoul(a[i + 1]));
@@ -358,6 +371,6 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "usage: magnet-adversary forged-hello NAME UUID | malformed | oversize | truncated |"
                " byte-at-a-time MS | never-read S | churn N | flood | watch S PERIOD_MS"
-               " [--cid C] [--port P]\n");
+               " [--cid C] [--port P] [--unprivileged-port]\n");
   return 2;
 }

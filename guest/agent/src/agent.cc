@@ -25,6 +25,7 @@
 #include "magnet/agent/journey.h"
 #include "magnet/log.h"
 #include "magnet/events.h"
+#include "magnet/reserved_port.h"
 #include "magnet/view_server.h"
 
 namespace magnet::guest {
@@ -283,6 +284,17 @@ void agent::connect_host() {
     sa.svm_family = AF_VSOCK;
     sa.svm_cid = VMADDR_CID_HOST;
     sa.svm_port = opt_.vsock_port;
+    // The host accepts only source ports below 1024, which only root can
+    // bind (docs/guest.md): its slots are the guest's root's.
+    boost::system::error_code oec;
+    vsock_->open(gproto(AF_VSOCK, 0), oec);
+    if (oec) return retry_host("vsock socket: " + oec.message());
+    if (auto bound = bind_reserved_vsock_port(vsock_->native_handle()); !bound)
+      log_.line(1, "agent.unprivileged_port", "host",
+                "no vsock source port below 1024 (" + bound.err().message +
+                    "; the agent must run as root or with CAP_NET_BIND_SERVICE): connecting "
+                    "from a port the kernel picks, which the host refuses unless it runs with "
+                    "--vsock-any-port");
     link_timer_.expires_after(2s);
     link_timer_.async_wait([self = shared_from_this(), gen](boost::system::error_code ec) {
       if (!ec && self->gen_ == gen && self->state_ == link_state::connecting)
