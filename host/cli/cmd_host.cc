@@ -36,6 +36,9 @@ static const char* kHostHelp =
     "      --vsock MODE       auto (listen when this host runs vsock guests,\n"
     "                         i.e. /dev/vhost-vsock exists), on, off\n"
     "      --vsock-port N     vsock port (default 5300, any CID)\n"
+    "      --vsock-any-port   accept vsock guests' connections from any source\n"
+    "                         port (default: below 1024 only, which only a\n"
+    "                         guest's root can bind)\n"
     "      --no-serial        do not use the VMs' virtio-serial view channels\n"
     "      --link DEV[@NETNS][=RATE]\n"
     "                         a shared host link VMs' traffic crosses (repeat\n"
@@ -96,6 +99,7 @@ int cmd_host(cli::args& a) {
   if (auto v = a.value("--socket-group")) o.socket_group = *v;
   if (a.flag("--no-deliver")) o.deliver = false;
   if (a.flag("--no-serial")) o.delivery.serial = false;
+  if (a.flag("--vsock-any-port")) o.delivery.vsock_any_port = true;
   if (auto v = a.value("--vsock")) {
     using m = deliver_options::vsock_mode;
     if (*v == "auto") o.delivery.vsock = m::automatic;
