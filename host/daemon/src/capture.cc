@@ -21,9 +21,17 @@ uint64_t random64() {
   return v;
 }
 
+// A vsock peer's CID is checked with the registry at accept: a CID moved
+// to another VM since the hub's last update is not trusted.
+deliver_options with_cid_check(deliver_options d, const registry& r) {
+  d.cid_owner = [&r](uint32_t cid) { return r.cid_owner(cid); };
+  return d;
+}
+
 }  // namespace
 
-host_daemon::host_daemon(const daemon_options& o) : opt_(o), reg_(o.uri, *this), hub_(io_, o.delivery) {}
+host_daemon::host_daemon(const daemon_options& o)
+    : opt_(o), reg_(o.uri, *this), hub_(io_, with_cid_check(o.delivery, reg_)) {}
 
 void host_daemon::vm_changed(const vm_info& vm) {
   (void)cap_->untag_vm(vm.vm_id);  // threads or taps may have gone
