@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "magnet/admin/request.h"
+#include "magnet/admin/vm_key.h"
 
 namespace magnet::host {
 namespace {
@@ -90,6 +91,39 @@ TEST(AdminRequest, FuzzSeedsParseAsNamed) {
     ++n;
   }
   EXPECT_GE(n, 10);
+}
+
+// Which VM a request's key names (vm_key.h): one VM by any of its fields;
+// a key that two VMs match by different fields is an error naming both;
+// id:, uuid: and name: match their field alone.
+TEST(AdminVmKey, ANameNeverShadowsAnIdOrAUuid) {
+  const std::vector<vm_ref> vms = {{1, "3", "u-1"}, {2, "g2", "u-2"}, {3, "g3", "u-3"},
+                                   {4, "u-2", "u-4"}, {5, "5", "u-5"}};
+  auto at = [&](const std::string& k) { return find_vm_by_key(vms, k); };
+  EXPECT_EQ(*at("g2"), 1u);
+  EXPECT_EQ(*at("u-3"), 2u);
+  EXPECT_EQ(*at("1"), 0u) << "no VM is named 1";
+  EXPECT_EQ(*at("5"), 4u) << "VM 5 named 5: one VM";
+  auto three = at("3");
+  ASSERT_FALSE(three);
+  EXPECT_EQ(three.err().message,
+            "'3' names 2 VMs: VM 1 ('3', UUID u-1) by its name, VM 3 ('g3', UUID u-3) by its "
+            "magnet id; a name never stands for another VM's id or UUID: ask for one of them as "
+            "id:1, id:3 (or uuid:UUID, name:NAME)");
+  auto u2 = at("u-2");
+  ASSERT_FALSE(u2);
+  EXPECT_NE(u2.err().message.find("VM 2 ('g2', UUID u-2) by its UUID, VM 4 ('u-2', UUID u-4) by its name"),
+            std::string::npos)
+      << u2.err().message;
+  EXPECT_EQ(*at("id:3"), 2u);
+  EXPECT_EQ(*at("name:3"), 0u);
+  EXPECT_EQ(*at("uuid:u-2"), 1u);
+  EXPECT_EQ(*at("name:u-2"), 3u);
+  EXPECT_FALSE(at("uuid:3"));
+  EXPECT_EQ(at("nosuch").err().message, "no running VM named 'nosuch' (by name, UUID or magnet id)");
+  EXPECT_EQ(at("a\nb").err().message, "no running VM named 'a?b' (by name, UUID or magnet id)")
+      << "a reply is one line";
+  EXPECT_FALSE(find_vm_by_key({}, ""));
 }
 
 }  // namespace

@@ -6,9 +6,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "magnet/log.h"
+
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59  // Linux 4.13; older C library headers lack it
+#endif
 
 namespace magnet::host {
 
@@ -29,6 +35,7 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
   handler h;
   unsigned clients = 0;
   bool closed = false;
+  bool said_no_groups = false;  // [admin.groups] logged once
 
   impl(asio::io_context& i, std::string p, gid_t g, handler fn)
       : io(i), acceptor(i), path(std::move(p)), group(g), h(std::move(fn)) {}
@@ -36,6 +43,32 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
   void accept();
   void serve(std::shared_ptr<local::socket> s);
 };
+
+admin_access access_for(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, gid_t group) {
+  if (uid == 0) return admin_access::all;
+  if (group == static_cast<gid_t>(-1)) return admin_access::none;
+  if (gid == group || std::find(groups.begin(), groups.end(), group) != groups.end())
+    return admin_access::read;
+  return admin_access::none;
+}
+
+result<std::vector<gid_t>> peer_groups(int fd) {
+  // Not getgrouplist(uid): that is what the group database says now, not
+  // the groups the peer held, and NSS may ask the network for it.
+  std::vector<gid_t> g(64);
+  // Too small a buffer: ERANGE with the size needed.  The peer's
+  // credentials were fixed at connect(), so the second call fits.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    socklen_t len = static_cast<socklen_t>(g.size() * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g.data(), &len) == 0) {
+      g.resize(len / sizeof(gid_t));
+      return g;
+    }
+    if (errno != ERANGE) return error::from_errno("SO_PEERGROUPS");
+    g.resize(len / sizeof(gid_t) + 1);
+  }
+  return error{"SO_PEERGROUPS: the peer's groups kept growing", ERANGE};
+}
 
 result<gid_t> group_id(const std::string& name) {
   if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos)
@@ -120,8 +153,18 @@ void admin_server::impl::serve(std::shared_ptr<local::socket> s) {
   ucred cr{};
   socklen_t len = sizeof cr;
   if (getsockopt(s->native_handle(), SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return;
-  const admin_peer peer{cr.pid, cr.uid, cr.gid, cr.uid == 0};
-  const bool allowed = cr.uid == 0 || (group != static_cast<gid_t>(-1) && cr.gid == group);
+  admin_peer peer{cr.pid, cr.uid, cr.gid, {}, false, false};
+  if (auto g = peer_groups(s->native_handle())) {
+    peer.groups = std::move(*g);
+  } else if (!said_no_groups) {
+    // A kernel before 4.13: only the primary group counts, as before.
+    said_no_groups = true;
+    log_line(1, "magnet-host: [admin.groups] " + g.err().message +
+                    ": peers' supplementary groups are not known; only their primary group counts");
+  }
+  const admin_access access = access_for(cr.uid, cr.gid, peer.groups, group);
+  peer.may_write = peer.host_internals = access == admin_access::all;
+  const bool allowed = access != admin_access::none;
   ++clients;
   auto buf = std::make_shared<asio::streambuf>(kMaxLine);
   auto reply = std::make_shared<std::string>();

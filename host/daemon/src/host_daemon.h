@@ -3,7 +3,8 @@
 // The registry calls it from its own thread (vm_tagger); everything else
 // runs on one Boost.Asio thread.  Its work is spread over files by
 // responsibility:
-//   daemon.cc   run: setup, endpoints, privileges, signals, drain
+//   daemon.cc   run: setup, endpoints, privileges, the syscall filter,
+//               signals, drain
 //   capture.cc  the capture core, the ring, the registry's VMs (tagging)
 //   tick.cc     the 100 ms tick: kernel counters -> per-VM metrics -> guests
 //   replies.cc  the query socket's replies (magnet top, views, vms, ...)
@@ -62,6 +63,7 @@ class host_daemon : public vm_tagger {
   // daemon.cc
   int open_endpoints(gid_t group);
   int drop_privileges();
+  int filter_syscalls();
   void serve_signals(boost::asio::signal_set& signals);
   void drain();
   // capture.cc
@@ -75,12 +77,15 @@ class host_daemon : public vm_tagger {
   void resolve_links();
   // replies.cc
   std::string handle(const std::string& req, const admin_peer& peer);
+  // The one VM @key names (magnet/admin/vm_key.h), or why there is none;
+  // find_vm: that VM, or null when there is none or several.
+  result<const vm_info*> lookup_vm(const std::string& key) const;
   const vm_info* find_vm(const std::string& key) const;
   ojson top_json() const;
-  ojson vms_json() const;
+  ojson vms_json(bool host_internals) const;
   ojson kvm_json(uint32_t vm) const;
   ojson stats_json(uint32_t vm) const;
-  ojson sessions_json() const;
+  ojson sessions_json(bool host_internals) const;
   // routes.cc: /metrics and the dashboard (docs/dashboard.md)
   bool serve_http();
   http_response metrics_page(const http_request& r) const;

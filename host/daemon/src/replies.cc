@@ -1,10 +1,12 @@
 // The query socket's replies (magnet top, views, vms, kvm, stats, sessions,
-// mark): JSON from what the daemon holds, each VM found by name, UUID or id.
+// mark): JSON from what the daemon holds, each VM found by name, UUID or id
+// (magnet/admin/vm_key.h: a key that means two VMs is an error).
 #include <algorithm>
 #include <array>
 
 #include "host_daemon.h"
 #include "magnet/admin/request.h"
+#include "magnet/admin/vm_key.h"
 #include "magnet/capture/latency.h"
 #include "magnet/trace_file.h"
 
@@ -17,32 +19,31 @@ std::string host_daemon::handle(const std::string& req, const admin_peer& peer) 
   // `admin_request` runs; here only what the daemon knows: VMs and rights.
   const admin_request r = parse_admin_request(req);
   using k = admin_request::kind;
-  const std::string no_vm = "error no running VM named '" + r.vm + "' (by name, UUID or magnet id)";
   switch (r.k) {
     case k::top: return "ok " + dump(top_json());
-    case k::vms: return "ok " + dump(vms_json());
-    case k::sessions: return "ok " + dump(sessions_json());
+    case k::vms: return "ok " + dump(vms_json(peer.host_internals));
+    case k::sessions: return "ok " + dump(sessions_json(peer.host_internals));
     case k::kvm:
     case k::stats: {
-      const vm_info* vm = find_vm(r.vm);
-      if (!vm) return no_vm;
-      return "ok " + dump(r.k == k::kvm ? kvm_json(vm->vm_id) : stats_json(vm->vm_id));
+      auto vm = lookup_vm(r.vm);
+      if (!vm) return "error " + vm.err().message;
+      return "ok " + dump(r.k == k::kvm ? kvm_json((*vm)->vm_id) : stats_json((*vm)->vm_id));
     }
     case k::views: {
       if (r.vm.empty()) return "ok " + filters::to_json(eng_.snapshot());
-      const vm_info* vm = find_vm(r.vm);
-      if (!vm) return no_vm;
+      auto vm = lookup_vm(r.vm);
+      if (!vm) return "error " + vm.err().message;
       // Only that VM's instances: the same data the VM itself would receive.
-      return "ok " + filters::to_json(eng_.snapshot_vm(vm->vm_id));
+      return "ok " + filters::to_json(eng_.snapshot_vm((*vm)->vm_id));
     }
     case k::mark: {
       if (!peer.may_write) return "error mark changes what a VM receives: root only";
-      const vm_info* vm = find_vm(r.vm);
-      if (!vm) return no_vm;
+      auto vm = lookup_vm(r.vm);
+      if (!vm) return "error " + vm.err().message;
       if (!r.value) return admin_bad_mark_value_error(r);
       // The change's own moment (CLOCK_MONOTONIC), for a latency probe on this host's clock.
       const uint64_t at = monotonic_ns();
-      hub_.set_marker(vm->vm_id, *r.value, at);
+      hub_.set_marker((*vm)->vm_id, *r.value, at);
       return "ok {\"changed_ns\":" + std::to_string(at) + "}";
     }
     case k::unknown: break;
@@ -50,10 +51,21 @@ std::string host_daemon::handle(const std::string& req, const admin_peer& peer) 
   return admin_unknown_request_error(r);
 }
 
+result<const vm_info*> host_daemon::lookup_vm(const std::string& key) const {
+  std::vector<vm_ref> refs;
+  std::vector<const vm_info*> by;
+  for (const auto& [id, vm] : vms_) {
+    refs.push_back({id, vm.name, vm.uuid});
+    by.push_back(&vm);
+  }
+  auto i = find_vm_by_key(refs, key);
+  if (!i) return i.err();
+  return by[*i];
+}
+
 const vm_info* host_daemon::find_vm(const std::string& key) const {
-  for (const auto& [id, vm] : vms_)
-    if (vm.name == key || vm.uuid == key || std::to_string(id) == key) return &vm;
-  return nullptr;
+  auto vm = lookup_vm(key);
+  return vm ? *vm : nullptr;
 }
 
 ojson host_daemon::kvm_json(uint32_t vm) const {
@@ -83,22 +95,37 @@ ojson host_daemon::kvm_json(uint32_t vm) const {
   return ojson{{"vm", vm}, {"exits", exits}};
 }
 
-ojson host_daemon::vms_json() const {
+// What a read-only peer sees of a VM, per field: its magnet id, name and
+// UUID (the keys of every request), libvirt's domain id (what `virsh -r
+// list` shows anyone allowed to read libvirt), its threads' roles and vCPU
+// indexes and its taps' names (what `ip link` shows any local user in that
+// namespace).  Root only: QEMU's PID and the threads' ids (targets for
+// signals, ptrace and /proc), the taps' ifindexes (numbers in QEMU's
+// network namespace, not necessarily the peer's), the cgroup paths and
+// the vsock CID (how the host reaches into the guest).
+ojson host_daemon::vms_json(bool host_internals) const {
   ojson a = ojson::array();
   for (const auto& [id, vm] : vms_) {
     ojson threads = ojson::array(), taps = ojson::array();
-    for (const auto& t : vm.threads)
-      threads.push_back(ojson{{"tid", t.tid}, {"role", t.role}, {"vcpu", t.vcpu}});
-    for (const auto& t : vm.taps) taps.push_back(ojson{{"name", t.name}, {"ifindex", t.ifindex}});
-    a.push_back(ojson{{"vm", id},
-                      {"name", vm.name},
-                      {"uuid", vm.uuid},
-                      {"libvirt_id", vm.libvirt_id},
-                      {"qemu_pid", vm.qemu_pid},
-                      {"vsock_cid", vm.vsock_cid},
-                      {"threads", threads},
-                      {"taps", taps},
-                      {"cgroups", vm.cgroups}});
+    for (const auto& t : vm.threads) {
+      ojson j{{"role", t.role}, {"vcpu", t.vcpu}};
+      if (host_internals) j["tid"] = t.tid;
+      threads.push_back(std::move(j));
+    }
+    for (const auto& t : vm.taps) {
+      ojson j{{"name", t.name}};
+      if (host_internals) j["ifindex"] = t.ifindex;
+      taps.push_back(std::move(j));
+    }
+    ojson v{{"vm", id}, {"name", vm.name}, {"uuid", vm.uuid}, {"libvirt_id", vm.libvirt_id}};
+    if (host_internals) {
+      v["qemu_pid"] = vm.qemu_pid;
+      v["vsock_cid"] = vm.vsock_cid;
+    }
+    v["threads"] = std::move(threads);
+    v["taps"] = std::move(taps);
+    if (host_internals) v["cgroups"] = vm.cgroups;
+    a.push_back(std::move(v));
   }
   return a;
 }
@@ -154,23 +181,25 @@ ojson host_daemon::stats_json(uint32_t vm) const {
   return ojson{{"vm", vm}, {"at_ns", metrics_.sampled_at()}, {"stats", a}};
 }
 
-ojson host_daemon::sessions_json() const {
+// The peer's CID, as in vms_json, is root's only.
+ojson host_daemon::sessions_json(bool host_internals) const {
   ojson a = ojson::array();
   for (const auto& s : hub_.sessions()) {
     auto it = vms_.find(s.subject);
-    a.push_back(ojson{{"vm", s.subject},
-                      {"name", it != vms_.end() ? it->second.name : ""},
-                      {"transport", s.kind_name},
-                      {"cid", s.peer},
-                      {"hello", s.hello},
-                      {"subscribed", s.subscribed},
-                      {"period_ms", s.period_ms},
-                      {"mode", s.mode},
-                      {"frames", s.frames},
-                      {"bytes", s.bytes},
-                      {"stats_replaced", s.stats_replaced},
-                      {"events_lost", s.events_lost},
-                      {"label", s.label}});
+    ojson j{{"vm", s.subject},
+            {"name", it != vms_.end() ? it->second.name : ""},
+            {"transport", s.kind_name}};
+    if (host_internals) j["cid"] = s.peer;
+    j.update(ojson{{"hello", s.hello},
+                   {"subscribed", s.subscribed},
+                   {"period_ms", s.period_ms},
+                   {"mode", s.mode},
+                   {"frames", s.frames},
+                   {"bytes", s.bytes},
+                   {"stats_replaced", s.stats_replaced},
+                   {"events_lost", s.events_lost},
+                   {"label", s.label}});
+    a.push_back(std::move(j));
   }
   return ojson{{"vsock", hub_.listening_vsock()}, {"sessions", a}};
 }
