@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config clang llvm libclang-rt-14-dev
   libbpf-dev bpftool libelf-dev zlib1g-dev
   libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libyaml-cpp-dev nlohmann-json3-dev libvirt-dev libxml2-dev libcap-dev
+  libyaml-cpp-dev nlohmann-json3-dev libvirt-dev libxml2-dev libcap-dev libseccomp-dev
   # run and test: traffic, capture comparison, namespaces
   iproute2 iperf3 tcpdump procps util-linux python3
   # unit tests: decode `magnet dump --format perfetto` (magnet itself does not link it)

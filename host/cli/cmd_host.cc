@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "magnet/daemon/daemon.h"
+#include "magnet/daemon/seccomp.h"
 #include "magnet/events.h"
 #include "magnet/export/openmetrics.h"
 #include "magnet/filters/config.h"
@@ -30,6 +31,9 @@ static const char* kHostHelp =
     "                         stream, in bursts of 0.1 s worth (default 200000;\n"
     "                         0: none); the rest is that VM's lost events\n"
     "  -d, --duration T       stop after T\n"
+    "      --no-seccomp       no syscall filter after setup (for debugging: by\n"
+    "                         default the daemon may make only the calls its work\n"
+    "                         needs, and dies of SIGSYS on any other, naming it)\n"
     "\n"
     "Delivery of each VM's own view into it (docs/guest.md), on by default:\n"
     "      --no-deliver       none\n"
@@ -98,6 +102,9 @@ int cmd_host(cli::args& a) {
   if (auto v = a.value("--socket")) o.socket_path = *v;
   if (auto v = a.value("--socket-group")) o.socket_group = *v;
   if (a.flag("--no-deliver")) o.deliver = false;
+  if (a.flag("--no-seccomp")) o.seccomp = false;
+  if (std::string why = o.seccomp ? seccomp_uri_problem(o.uri) : ""; !why.empty())
+    throw cli::usage_error(why);
   if (a.flag("--no-serial")) o.delivery.serial = false;
   if (a.flag("--vsock-any-port")) o.delivery.vsock_any_port = true;
   if (auto v = a.value("--vsock")) {

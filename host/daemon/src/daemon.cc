@@ -11,6 +11,7 @@
 
 #include "host_daemon.h"
 #include "magnet/daemon/privileges.h"
+#include "magnet/daemon/seccomp.h"
 #include "magnet/log.h"
 #include "magnet/trace_file.h"
 
@@ -46,6 +47,29 @@ int host_daemon::drop_privileges() {
   log_line(1, "magnet-host: [privileges] capabilities kept: " + *kept);
   for (const auto& c : keep)
     log_line(2, "magnet-host: [privileges] " + capability_names(uint64_t{1} << c.cap) + ": " + c.why);
+  return 0;
+}
+
+// Setup is done: from here on only the calls the running daemon makes
+// (seccomp.h), on every thread, the registry's included (it starts next).
+int host_daemon::filter_syscalls() {
+  if (!opt_.seccomp) {
+    log_line(1, "magnet-host: [seccomp] syscall filter off (--no-seccomp)");
+    return 0;
+  }
+  auto f = install_syscall_filter();
+  if (!f) {
+    std::fprintf(stderr, "magnet host: %s (--no-seccomp runs without the filter)\n",
+                 f.err().message.c_str());
+    return 1;
+  }
+  log_line(1, "magnet-host: [seccomp] syscall filter on: " + *f);
+  for (const auto& g : daemon_syscalls()) {
+    std::string names;
+    for (const auto& n : g.names) names += (names.empty() ? "" : ",") + n;
+    log_line(2, "magnet-host: [seccomp] " + names + ": " + g.why);
+  }
+  log_line(2, "magnet-host: [seccomp] " + daemon_syscall_rules());
   return 0;
 }
 
@@ -115,6 +139,8 @@ int host_daemon::run() {
   resolve_links();
   asio::signal_set signals(io_, SIGINT, SIGTERM, SIGHUP);
   serve_signals(signals);
+  if (int rc = filter_syscalls()) return rc;
+  arm_forbidden_syscall_test_hook();
   start_ns_ = monotonic_ns();
   next_tick_ = asio::steady_timer::clock_type::now();
   reg_.start();

@@ -43,6 +43,7 @@ struct daemon_options {
   std::optional<http_endpoint> http;  // --http: serve /metrics and the dashboard there
   token_table http_tokens;            // --http-tokens: empty: loopback only, no tokens asked
   uint64_t http_stream_ns = 500'000'000;  // --http-stream-interval: between stream events
+  bool seccomp = true;  // the syscall filter after setup (seccomp.h); --no-seccomp: none
 };
 
 // Why @o cannot serve HTTP as given (a non-loopback --http without
