@@ -254,37 +254,49 @@ std::string cgroup2_mount() {
 
 // `vms` shows QEMU's PID, thread ids, taps' ifindexes, cgroups and the vsock
 // CID to root only: a member of the read-only group gets the VM's id, name,
-// UUID, libvirt id, its threads' roles and its taps' names.  The VM is a
-// test-driver domain with a vsock CID and a tap (lo); its "QEMU" a process
-// of this test in a cgroup of its own, named by libvirt's pid file.
+// UUID, libvirt id, its threads' roles and its taps' names; `sessions` its
+// peer's CID to root only.  The VM is a test-driver domain with a vsock
+// CID, a tap (lo) and a view channel; its "QEMU" a process of this test,
+// in a cgroup of its own, named by libvirt's pid file and listening on the
+// channel (so the delivery opens a session).
 TEST(AdminSocket, VmsShowsHostInternalsToRootOnly) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (loads probes, switches users)";
   const std::string id = std::to_string(getpid());
   const std::string sock = "/tmp/magnet-admin5-" + id + ".sock", name = "mgvms" + id;
   const std::string cg2 = cgroup2_mount();
   ASSERT_FALSE(cg2.empty()) << "no cgroup v2 hierarchy mounted";
-  const std::string cg = cg2 + "/magnet-vms-" + id;
-  child qemu({"sleep", "120"});
+  const std::string cg = cg2 + "/magnet-vms-" + id, chan = "/tmp/magnet-admin5-" + id + ".chan";
+  child qemu({"/usr/bin/python3", "-c",
+              "import socket,sys,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\n"
+              "s.listen(4)\nprint('listening',file=sys.stderr,flush=True)\nc=[]\n"
+              "while True:\n  c.append(s.accept())\n",
+              chan});
   struct cleanup {
     std::string cg;
     child& q;
+    std::string chan;
     ~cleanup() {
       q.stop(SIGKILL);
       rmdir(cg.c_str());
+      unlink(chan.c_str());
     }
-  } c{cg, qemu};
+  } c{cg, qemu, chan};
+  ASSERT_TRUE(qemu.wait_for_stderr("listening")) << qemu.stderr_text();
   ASSERT_EQ(mkdir(cg.c_str(), 0755), 0) << cg << ": " << std::strerror(errno);
   std::ofstream(cg + "/cgroup.procs") << qemu.pid() << "\n";
   test_node node{"/tmp/magnet-admin5-" + id + ".xml", {}};
   node.write({domain_xml(name, "5eed0000-0000-4000-8000-00000000000a",
                          "<interface type='ethernet'><target dev='lo'/></interface>"
-                         "<vsock model='virtio'><cid auto='no' address='42'/></vsock>")});
+                         "<vsock model='virtio'><cid auto='no' address='42'/></vsock>"
+                         "<channel type='unix'><source mode='bind' path='" + chan +
+                         "'/><target type='virtio' name='org.magnet.view.0'/></channel>")});
   node.pid_file(name, qemu.pid());
   child d({MAGNET_BIN, "-vv", "host", "--uri", "test://" + node.path, "--socket", sock, "--probes",
-           "net.dev", "--no-deliver", "--socket-group", std::to_string(kReaders), "--duration",
+           "net.dev", "--vsock", "off", "--socket-group", std::to_string(kReaders), "--duration",
            "60"});
   ASSERT_TRUE(d.wait_for_stderr("[vm.up] " + name + " id 1 qemu pid " + std::to_string(qemu.pid())))
       << d.stderr_text();
+  ASSERT_TRUE(d.wait_for_stderr("connected to view channel " + chan)) << d.stderr_text();
 
   // Root: everything the registry knows.
   auto root = reply_json(query_as(0, 0, sock, "vms"));
@@ -317,6 +329,15 @@ TEST(AdminSocket, VmsShowsHostInternalsToRootOnly) {
   EXPECT_EQ(v["taps"][0].value("name", ""), "lo");
   EXPECT_FALSE(v["taps"][0].contains("ifindex")) << v;
   EXPECT_EQ(text.find(std::to_string(qemu.pid())), std::string::npos) << "no PID anywhere: " << text;
+
+  // sessions: the view channel's session, its peer for root only.
+  auto rs = reply_json(query_as(0, 0, sock, "sessions"));
+  ASSERT_TRUE(rs.is_object() && rs["sessions"].size() == 1) << rs;
+  EXPECT_TRUE(rs["sessions"][0].contains("cid")) << rs;
+  auto gs = reply_json(query_as(kNobody, kReaders, sock, "sessions"));
+  ASSERT_TRUE(gs.is_object() && gs["sessions"].size() == 1) << gs;
+  EXPECT_EQ(gs["sessions"][0].value("transport", ""), "virtio-serial") << gs;
+  EXPECT_FALSE(gs["sessions"][0].contains("cid")) << gs;
   EXPECT_EQ(d.stop(SIGTERM), 0) << d.stderr_text();
 }
 

@@ -105,6 +105,7 @@ const std::vector<std::string> kLogged = {
     "sched_getaffinity",  // std::thread::hardware_concurrency, GLib's thread pools
     "getcwd", "statfs", "fstatfs", "getppid", "socketpair", "dup3", "pipe",
     "epoll_create1", "timerfd_create",  // a second io_context
+    "bind",  // glibc's getifaddrs binds its netlink socket (HTTP's names, at start today)
 };
 // And prctl, for a thread naming itself (PR_SET_NAME, PR_GET_NAME) only.
 
