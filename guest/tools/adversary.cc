@@ -1,13 +1,26 @@
 // magnet-adversary: a hostile guest for the isolation tests, run inside a
-// lab VM (it opens AF_VSOCK sockets: never on a machine whose vsock is its
-// own hypervisor's).  Each mode tries one thing against the host daemon's
-// vsock port and prints one JSON line saying what the host did.
+// lab VM as root (it opens AF_VSOCK sockets: never on a machine whose vsock
+// is its own hypervisor's).  Each mode tries one thing against the host
+// daemon and prints one JSON line saying what the host did.
 //
-//   magnet-adversary MODE [--cid C] [--port P] [--unprivileged-port] [args]
-//     (connects from a source port below 1024, as the guest's root does;
-//     --unprivileged-port: from one the kernel picks, as any user can)
+//   magnet-adversary MODE [--cid C] [--port P] [--unprivileged-port]
+//                         [--serial [PATH]] [args]
+//     (vsock by default, from a source port below 1024, as the guest's root
+//     does; --unprivileged-port: from one the kernel picks, as any user
+//     can; --serial: the VM's virtio-serial view channel instead, PATH or
+//     the port named org.magnet.view.0; the guest's own agent holds that
+//     channel and must be stopped first)
 //     forged-hello NAME UUID  hello naming another VM, subscribe to every
 //                             stat and to events; prints what arrives
+//     events SECONDS [MAX]    speaks the protocol itself: subscribes to
+//                             every event type (an empty list), and halfway
+//                             asks for host-only types (proc.fork,
+//                             net.l4.send), which must be refused by name
+//                             while the session goes on; prints every record
+//                             received (equal ones once with a count, the
+//                             header's time stamp aside; at most MAX, 400,
+//                             different ones per type) and every string of
+//                             3+ printable characters in any payload
 //     malformed               bytes that are no frame
 //     oversize                a header announcing a body of 1 MiB
 //     truncated               half a frame, then silence
@@ -17,8 +30,12 @@
 //     flood                   pings as fast as it can
 //     watch SECONDS PERIOD    a well-behaved session: frames, the longest
 //                             gap between them and the 99th percentile gap
+#include <dirent.h>
+#include <fcntl.h>
 #include <linux/vm_sockets.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,20 +46,29 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "magnet/event.h"
+#include "magnet/events.h"
 #include "magnet/reserved_port.h"
 #include "magnet/view_codec.h"
 
 namespace {
 
 using namespace magnet;
+using json = nlohmann::json;
 
 uint32_t g_cid = VMADDR_CID_HOST, g_port = MAGNET_VIEW_VSOCK_PORT;
 bool g_privileged = true;
+bool g_serial = false;
+std::string g_serial_path;  // empty: the port named org.magnet.view.0
 
 uint64_t now_ns() {
   timespec ts;
@@ -50,7 +76,9 @@ uint64_t now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-int dial() {
+void print(const json& j) { std::puts(j.dump(-1, '?', false, json::error_handler_t::replace).c_str()); }
+
+int dial_vsock() {
   int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
   if (g_privileged)
@@ -70,10 +98,27 @@ int dial() {
   return fd;
 }
 
+// /dev/vportNpM of the virtio-serial port named @name, or "".
+std::string find_port(const std::string& name) {
+  std::string found;
+  if (DIR* d = opendir("/sys/class/virtio-ports")) {
+    while (auto* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream f(std::string("/sys/class/virtio-ports/") + e->d_name + "/name");
+      std::string n;
+      std::getline(f, n);
+      if (n == name) found = std::string("/dev/") + e->d_name;
+    }
+    closedir(d);
+  }
+  return found;
+}
+
 bool send_all(int fd, const std::vector<uint8_t>& b) {
   size_t off = 0;
   while (off < b.size()) {
-    ssize_t n = send(fd, b.data() + off, b.size() - off, MSG_NOSIGNAL);
+    ssize_t n = write(fd, b.data() + off, b.size() - off);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     off += static_cast<size_t>(n);
   }
@@ -86,7 +131,66 @@ std::vector<uint8_t> frame(const view::message& m, uint32_t seq = 1) {
   return b;
 }
 
-// Reads frames until the peer closes or @ms pass; collects them.
+// Reads frames until the peer closes, @ms pass, or @on_frame returns false.
+// True: the peer closed.
+bool read_frames(int fd, int ms, view::reader& rd, const std::function<bool(view::frame&)>& on_frame) {
+  const uint64_t end = now_ns() + static_cast<uint64_t>(ms) * 1'000'000;
+  while (now_ns() < end) {
+    pollfd p{fd, POLLIN, 0};
+    int left = static_cast<int>((end - now_ns()) / 1'000'000);
+    int r = poll(&p, 1, std::max(left, 1));
+    if (r <= 0) continue;
+    // A virtio-serial port whose host side is gone polls POLLHUP.
+    if (!(p.revents & POLLIN)) return true;
+    auto room = rd.prepare();
+    ssize_t n = read(fd, room.data(), room.size());
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return true;
+    rd.commit(static_cast<size_t>(n));
+    view::frame f;
+    error e;
+    for (;;) {
+      auto st = rd.next(f, e);
+      if (st == view::reader::state::more) break;
+      if (st == view::reader::state::bad) {
+        rd.resync();  // a channel's leftovers: find the next frame by its magic
+        continue;
+      }
+      if (!on_frame(f)) return false;
+    }
+  }
+  return false;
+}
+
+// The view channel, as chosen: a vsock connection (fd, or -errno), or the
+// virtio-serial port, resynchronised (everything before the host's echo of
+// a fresh token is an earlier user's).
+int open_serial() {
+  std::string path = g_serial_path.empty() ? find_port("org.magnet.view.0") : g_serial_path;
+  if (path.empty()) return -ENOENT;
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  uint64_t token = 0;
+  if (getrandom(&token, sizeof token, 0) != sizeof token) token = now_ns();
+  view::reader rd;
+  bool echoed = false;
+  for (int attempt = 0; attempt < 20 && !echoed; ++attempt) {
+    send_all(fd, frame(view::resync{token, false}));
+    read_frames(fd, 250, rd, [&](view::frame& f) {
+      auto* r = std::get_if<view::resync>(&f.m);
+      echoed = r && r->reply && r->token == token;
+      return !echoed;
+    });
+  }
+  if (!echoed) {
+    close(fd);
+    return -ETIMEDOUT;
+  }
+  return fd;
+}
+
+int dial() { return g_serial ? open_serial() : dial_vsock(); }
+
 struct outcome {
   std::vector<view::frame> frames;
   bool closed = false;
@@ -95,47 +199,44 @@ struct outcome {
 outcome read_for(int fd, int ms) {
   outcome o;
   view::reader rd;
-  const uint64_t start = now_ns(), end = start + static_cast<uint64_t>(ms) * 1'000'000;
-  while (now_ns() < end) {
-    pollfd p{fd, POLLIN, 0};
-    int left = static_cast<int>((end - now_ns()) / 1'000'000);
-    if (poll(&p, 1, std::max(left, 1)) <= 0) continue;
-    auto room = rd.prepare();
-    ssize_t n = recv(fd, room.data(), room.size(), 0);
-    if (n <= 0) {
-      o.closed = true;
-      o.closed_after_s = static_cast<double>(now_ns() - start) / 1e9;
-      break;
-    }
-    rd.commit(static_cast<size_t>(n));
-    view::frame f;
-    error e;
-    while (rd.next(f, e) == view::reader::state::frame) o.frames.push_back(std::move(f));
-  }
+  const uint64_t start = now_ns();
+  o.closed = read_frames(fd, ms, rd, [&](view::frame& f) {
+    o.frames.push_back(std::move(f));
+    return true;
+  });
+  if (o.closed) o.closed_after_s = static_cast<double>(now_ns() - start) / 1e9;
   return o;
 }
 
-std::string errors_json(const outcome& o) {
-  std::string s = "[";
+json errors_json(const outcome& o) {
+  json a = json::array();
   for (const auto& f : o.frames)
-    if (auto* e = std::get_if<view::errmsg>(&f.m)) {
-      std::string t;
-      for (char c : e->text) t += (c == '"' || c == '\\' || c < 0x20) ? '?' : c;
-      s += (s.size() > 1 ? "," : "") + std::string("{\"code\":") + std::to_string(e->code) +
-           ",\"text\":\"" + t + "\"}";
-    }
-  return s + "]";
+    if (auto* e = std::get_if<view::errmsg>(&f.m)) a.push_back({{"code", e->code}, {"text", e->text}});
+  return a;
 }
 
-void report(const char* mode, const outcome& o, const std::string& extra = "") {
-  std::printf("{\"mode\":\"%s\",\"closed\":%s,\"closed_after_s\":%.3f,\"frames\":%zu,\"errors\":%s%s}\n",
-              mode, o.closed ? "true" : "false", o.closed_after_s, o.frames.size(),
-              errors_json(o).c_str(), extra.c_str());
+json report(const char* mode, const outcome& o) {
+  return {{"mode", mode},
+          {"closed", o.closed},
+          {"closed_after_s", std::round(o.closed_after_s * 1000) / 1000},
+          {"frames", o.frames.size()},
+          {"errors", errors_json(o)}};
 }
 
 int fail_dial(const char* mode, int e) {
-  std::printf("{\"mode\":\"%s\",\"connect_error\":\"%s\"}\n", mode, std::strerror(-e));
+  print({{"mode", mode}, {"transport", g_serial ? "virtio-serial" : "vsock"}, {"connect_error", std::strerror(-e)}});
   return 1;
+}
+
+std::string hex(const uint8_t* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  s.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    s += d[p[i] >> 4];
+    s += d[p[i] & 15];
+  }
+  return s;
 }
 
 int forged_hello(const std::string& name, const std::string& uuid) {
@@ -148,9 +249,8 @@ int forged_hello(const std::string& name, const std::string& uuid) {
   auto o = read_for(fd, 3000);
   close(fd);
   // What this connection was given: its session, its values, its records' VMs.
-  std::map<std::string, double> vals;
+  json vals = json::object(), record_vms = json::object();
   std::string session;
-  std::map<uint32_t, uint64_t> record_vms;
   for (const auto& f : o.frames) {
     if (auto* w = std::get_if<view::welcome>(&f.m)) {
       char b[24];
@@ -165,27 +265,150 @@ int forged_hello(const std::string& name, const std::string& uuid) {
         magnet_hdr h;
         std::memcpy(&h, e->records.data() + off, sizeof h);
         if (h.len < sizeof h) break;  // the codec checked this; never loop on it
-        record_vms[h.vm_id]++;
+        auto& n = record_vms[std::to_string(h.vm_id)];
+        n = n.is_number() ? n.get<uint64_t>() + 1 : 1;
         off += h.len;
       }
     }
   }
-  std::string extra = ",\"session\":\"" + session + "\",\"values\":{";
-  bool first = true;
-  for (const auto& [k, v] : vals) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%.6g", v);
-    extra += (first ? "\"" : ",\"") + k + "\":" + b;
-    first = false;
+  json r = report("forged-hello", o);
+  r["session"] = session;
+  r["values"] = vals;
+  r["record_vms"] = record_vms;
+  print(r);
+  return 0;
+}
+
+// What the events mode collected: every record, equal ones counted once.
+struct record_log {
+  size_t max_per_type = 400;
+  struct kept {
+    uint64_t n = 0;
+    magnet_hdr hdr{};
+    std::vector<uint8_t> payload;
+  };
+  std::map<std::vector<uint8_t>, kept> records;  // key: the record with ts_ns zeroed
+  std::map<uint16_t, uint64_t> per_type, distinct, omitted;
+  std::set<std::string> strings;
+  uint64_t total = 0, lost = 0, after_refusal = 0;
+  bool refused_seen = false;
+
+  void add(const uint8_t* rec, size_t len) {
+    magnet_hdr h;
+    std::memcpy(&h, rec, sizeof h);
+    ++total;
+    ++per_type[h.type];
+    if (refused_seen) ++after_refusal;
+    scan_strings(rec + sizeof h, len - sizeof h);
+    std::vector<uint8_t> key(rec, rec + len);
+    std::memset(key.data(), 0, sizeof h.ts_ns);
+    auto it = records.find(key);
+    if (it != records.end()) {
+      ++it->second.n;
+      return;
+    }
+    if (distinct[h.type] >= max_per_type) {
+      ++omitted[h.type];
+      return;
+    }
+    ++distinct[h.type];
+    records.emplace(std::move(key), kept{1, h, std::vector<uint8_t>(rec + sizeof h, rec + len)});
   }
-  extra += "},\"record_vms\":{";
-  first = true;
-  for (const auto& [vm, n] : record_vms) {
-    extra += (first ? "\"" : ",\"") + std::to_string(vm) + "\":" + std::to_string(n);
-    first = false;
+  // Every run of 3+ printable characters: whatever field a task name hides in.
+  void scan_strings(const uint8_t* p, size_t n) {
+    std::string run;
+    for (size_t i = 0; i <= n; ++i) {
+      if (i < n && p[i] >= 0x20 && p[i] < 0x7f) {
+        run += static_cast<char>(p[i]);
+        continue;
+      }
+      if (run.size() >= 3) strings.insert(run);
+      run.clear();
+    }
   }
-  extra += "}";
-  report("forged-hello", o, extra);
+  void add_batch(const view::events& e) {
+    lost += e.lost;
+    for (size_t off = 0; off + sizeof(magnet_hdr) <= e.records.size();) {
+      magnet_hdr h;
+      std::memcpy(&h, e.records.data() + off, sizeof h);
+      if (h.len < sizeof h || off + h.len > e.records.size()) break;  // the codec checked this
+      add(e.records.data() + off, h.len);
+      off += h.len;
+    }
+  }
+  json to_json() const;
+};
+
+json record_log::to_json() const {
+  json types = json::object(), recs = json::array();
+  for (const auto& [t, n] : per_type) {
+    auto d = distinct.find(t);
+    auto o = omitted.find(t);
+    types[event_name(t)] = {{"type", t}, {"records", n}, {"distinct", d == distinct.end() ? 0 : d->second},
+                            {"omitted", o == omitted.end() ? 0 : o->second}};
+  }
+  for (const auto& [key, k] : records)
+    recs.push_back({{"type", k.hdr.type},
+                    {"name", event_name(k.hdr.type)},
+                    {"n", k.n},
+                    {"vm_id", k.hdr.vm_id},
+                    {"tgid", k.hdr.tgid},
+                    {"tid", k.hdr.tid},
+                    {"cpu", k.hdr.cpu},
+                    {"abstract_id", hex(reinterpret_cast<const uint8_t*>(&k.hdr.abstract_id), 8)},
+                    {"payload", hex(k.payload.data(), k.payload.size())}});
+  return {{"records_total", total}, {"records_after_refusal", after_refusal}, {"lost", lost},
+          {"types", types}, {"records", recs}, {"strings", strings}};
+}
+
+// A guest root speaking the view protocol itself: every event type, then a
+// subscription naming host-only types halfway.
+int events_mode(int seconds, size_t max_per_type) {
+  const char* transport = g_serial ? "virtio-serial" : "vsock";
+  int fd = dial();
+  if (fd < 0) return fail_dial("events", fd);
+  send_all(fd, frame(view::hello{MAGNET_VIEW_VERSION_MIN, MAGNET_VIEW_VERSION, MAGNET_VROLE_AGENT, 0, "adversary"}));
+  send_all(fd, frame(view::subscribe{1000, MAGNET_VMODE_PERIODIC, MAGNET_VSUB_EVENTS, {}, {}}, 2));
+  record_log log;
+  log.max_per_type = max_per_type;
+  json errors = json::array();
+  std::string session;
+  uint64_t stats_frames = 0, stats_after_refusal = 0;
+  view::reader rd;
+  auto on_frame = [&](view::frame& f) {
+    if (auto* w = std::get_if<view::welcome>(&f.m)) {
+      char b[24];
+      std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(w->session_id));
+      session = b;
+    } else if (auto* e = std::get_if<view::events>(&f.m)) {
+      log.add_batch(*e);
+    } else if (std::holds_alternative<view::stats>(f.m)) {
+      ++stats_frames;
+      if (log.refused_seen) ++stats_after_refusal;
+    } else if (auto* x = std::get_if<view::errmsg>(&f.m)) {
+      errors.push_back({{"code", x->code}, {"text", x->text}});
+      if (x->code == MAGNET_VERR_BAD_SUBSCRIBE) log.refused_seen = true;
+    }
+    return true;
+  };
+  const int half = seconds * 500;
+  bool closed = read_frames(fd, half, rd, on_frame);
+  if (!closed) {
+    send_all(fd, frame(view::subscribe{1000, MAGNET_VMODE_PERIODIC, MAGNET_VSUB_EVENTS, {},
+                                       {MAGNET_EV_PROC_FORK, MAGNET_EV_NET_L4_SEND}}, 3));
+    closed = read_frames(fd, seconds * 1000 - half, rd, on_frame);
+  }
+  close(fd);
+  json r = log.to_json();
+  r["mode"] = "events";
+  r["transport"] = transport;
+  r["seconds"] = seconds;
+  r["session"] = session;
+  r["closed"] = closed;
+  r["errors"] = errors;
+  r["stats_frames"] = stats_frames;
+  r["stats_after_refusal"] = stats_after_refusal;
+  print(r);
   return 0;
 }
 
@@ -196,7 +419,7 @@ int raw(const char* mode, const std::vector<uint8_t>& bytes, int wait_ms) {
   send_all(fd, bytes);
   auto o = read_for(fd, wait_ms);
   close(fd);
-  report(mode, o);
+  print(report(mode, o));
   return 0;
 }
 
@@ -208,7 +431,7 @@ int byte_at_a_time(int ms) {
   size_t sent = 0;
   outcome o;
   for (; sent < b.size(); ++sent) {
-    if (send(fd, &b[sent], 1, MSG_NOSIGNAL) != 1) break;
+    if (write(fd, &b[sent], 1) != 1) break;
     auto part = read_for(fd, ms);
     for (auto& f : part.frames) o.frames.push_back(std::move(f));
     if (part.closed) {
@@ -217,8 +440,10 @@ int byte_at_a_time(int ms) {
     }
   }
   close(fd);
-  report("byte-at-a-time", o, ",\"bytes_sent\":" + std::to_string(sent) + ",\"frame_bytes\":" +
-                                  std::to_string(b.size()));
+  json r = report("byte-at-a-time", o);
+  r["bytes_sent"] = sent;
+  r["frame_bytes"] = b.size();
+  print(r);
   return 0;
 }
 
@@ -230,10 +455,9 @@ int never_read(int seconds) {
   send_all(fd, frame(view::hello{}));
   send_all(fd, frame(view::subscribe{20, MAGNET_VMODE_PERIODIC, MAGNET_VSUB_EVENTS, {}, {}}, 2));
   // Never read; see whether the host gives up on this connection.
-  const uint64_t end = now_ns() + static_cast<uint64_t>(seconds) * 1'000'000'000;
+  const uint64_t start = now_ns(), end = start + static_cast<uint64_t>(seconds) * 1'000'000'000;
   bool closed = false;
   double after = -1;
-  const uint64_t start = now_ns();
   while (now_ns() < end && !closed) {
     pollfd p{fd, POLLRDHUP | POLLHUP, 0};
     if (poll(&p, 1, 200) > 0 && (p.revents & (POLLRDHUP | POLLHUP))) {
@@ -242,8 +466,7 @@ int never_read(int seconds) {
     }
   }
   close(fd);
-  std::printf("{\"mode\":\"never-read\",\"closed\":%s,\"closed_after_s\":%.3f}\n",
-              closed ? "true" : "false", after);
+  print({{"mode", "never-read"}, {"closed", closed}, {"closed_after_s", std::round(after * 1000) / 1000}});
   return 0;
 }
 
@@ -251,7 +474,7 @@ int churn(int n) {
   int ok = 0, refused = 0;
   const uint64_t start = now_ns();
   for (int i = 0; i < n; ++i) {
-    int fd = dial();
+    int fd = dial_vsock();
     if (fd >= 0) {
       ++ok;
       close(fd);
@@ -259,8 +482,10 @@ int churn(int n) {
       ++refused;
     }
   }
-  std::printf("{\"mode\":\"churn\",\"connected\":%d,\"refused\":%d,\"seconds\":%.3f}\n", ok, refused,
-              static_cast<double>(now_ns() - start) / 1e9);
+  print({{"mode", "churn"},
+         {"connected", ok},
+         {"refused", refused},
+         {"seconds", std::round(static_cast<double>(now_ns() - start) / 1e6) / 1e3}});
   return 0;
 }
 
@@ -276,7 +501,7 @@ int flood() {
   send_all(fd, many);
   auto o = read_for(fd, 3000);
   close(fd);
-  report("flood", o);
+  print(report("flood", o));
   return 0;
 }
 
@@ -289,31 +514,17 @@ int watch(int seconds, int period_ms) {
   view::reader rd;
   uint64_t last = 0, max_gap = 0, frames = 0;
   std::vector<uint64_t> gaps;
-  const uint64_t end = now_ns() + static_cast<uint64_t>(seconds) * 1'000'000'000;
-  bool closed = false;
-  while (now_ns() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    auto room = rd.prepare();
-    ssize_t n = recv(fd, room.data(), room.size(), 0);
-    if (n <= 0) {
-      closed = true;
-      break;
+  bool closed = read_frames(fd, seconds * 1000, rd, [&](view::frame& f) {
+    if (!std::holds_alternative<view::stats>(f.m)) return true;
+    uint64_t t = now_ns();
+    if (last) {
+      max_gap = std::max(max_gap, t - last);
+      gaps.push_back(t - last);
     }
-    rd.commit(static_cast<size_t>(n));
-    view::frame f;
-    error e;
-    while (rd.next(f, e) == view::reader::state::frame) {
-      if (!std::holds_alternative<view::stats>(f.m)) continue;
-      uint64_t t = now_ns();
-      if (last) {
-        max_gap = std::max(max_gap, t - last);
-        gaps.push_back(t - last);
-      }
-      last = t;
-      ++frames;
-    }
-  }
+    last = t;
+    ++frames;
+    return true;
+  });
   close(fd);
   // The 99th percentile gap (nearest rank): the delivery's pace, apart
   // from single stalls of a CPU-starved guest.
@@ -322,35 +533,49 @@ int watch(int seconds, int period_ms) {
     std::sort(gaps.begin(), gaps.end());
     p99 = gaps[std::min(gaps.size() - 1, (gaps.size() * 99 + 99) / 100 - 1)];
   }
-  std::printf("{\"mode\":\"watch\",\"closed\":%s,\"frames\":%llu,\"max_gap_ms\":%.1f,"
-              "\"p99_gap_ms\":%.1f}\n",
-              closed ? "true" : "false", static_cast<unsigned long long>(frames), max_gap / 1e6,
-              p99 / 1e6);
+  print({{"mode", "watch"},
+         {"closed", closed},
+         {"frames", frames},
+         {"max_gap_ms", std::round(max_gap / 1e5) / 10},
+         {"p99_gap_ms", std::round(p99 / 1e5) / 10}});
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<std::string> a(argv + 1, argv + argc);
-  if (auto u = std::find(a.begin(), a.end(), "--unprivileged-port"); u != a.end()) {
-    g_privileged = false;
-    a.erase(u);
-  }
-  for (size_t i = 0; i + 1 < a.size();) {
-    if (a[i] == "--cid") {
-      g_cid = static_cast<uint32_t>(std::stoul(a[i + 1]));
+// Removes "--NAME VALUE" from @a; VALUE, or @def if absent.
+std::string take_option(std::vector<std::string>& a, const std::string& name, const std::string& def) {
+  for (size_t i = 0; i + 1 < a.size(); ++i)
+    if (a[i] == name) {
+      std::string v = a[i + 1];
       a.erase(a.begin() + static_cast<long>(i), a.begin() + static_cast<long>(i) + 2);
-    } else if (a[i] == "--port") {
-      g_port = static_cast<uint32_t>(std::stoul(a[i + 1]));
-      a.erase(a.begin() + static_cast<long>(i), a.begin() + static_cast<long>(i) + 2);
-    } else {
-      ++i;
+      return v;
     }
+  return def;
+}
+
+bool take_flag(std::vector<std::string>& a, const std::string& name) {
+  auto u = std::find(a.begin(), a.end(), name);
+  if (u == a.end()) return false;
+  a.erase(u);
+  return true;
+}
+
+int run(std::vector<std::string> a) {
+  g_privileged = !take_flag(a, "--unprivileged-port");
+  if (auto s = std::find(a.begin(), a.end(), "--serial"); s != a.end()) {
+    g_serial = true;
+    if (s + 1 != a.end() && (s + 1)->rfind("/", 0) == 0) {
+      g_serial_path = *(s + 1);
+      a.erase(s + 1);
+    }
+    a.erase(std::find(a.begin(), a.end(), "--serial"));
   }
+  g_cid = static_cast<uint32_t>(std::stoul(take_option(a, "--cid", std::to_string(g_cid))));
+  g_port = static_cast<uint32_t>(std::stoul(take_option(a, "--port", std::to_string(g_port))));
   auto arg = [&](size_t i, const char* def) { return i < a.size() ? a[i] : std::string(def); };
   const std::string m = arg(0, "");
   if (m == "forged-hello") return forged_hello(arg(1, "g1"), arg(2, ""));
+  if (m == "events")
+    return events_mode(std::atoi(arg(1, "5").c_str()), static_cast<size_t>(std::atoi(arg(2, "400").c_str())));
   if (m == "malformed") return raw("malformed", std::vector<uint8_t>(64, 0x41), 2000);
   if (m == "oversize") {
     auto b = frame(view::ping{1, 2}, 2);
@@ -369,8 +594,20 @@ int main(int argc, char** argv) {
   if (m == "flood") return flood();
   if (m == "watch") return watch(std::atoi(arg(1, "10").c_str()), std::atoi(arg(2, "100").c_str()));
   std::fprintf(stderr,
-               "usage: magnet-adversary forged-hello NAME UUID | malformed | oversize | truncated |"
-               " byte-at-a-time MS | never-read S | churn N | flood | watch S PERIOD_MS"
-               " [--cid C] [--port P] [--unprivileged-port]\n");
+               "usage: magnet-adversary forged-hello NAME UUID | events S [MAX] | malformed | oversize |"
+               " truncated | byte-at-a-time MS | never-read S | churn N | flood | watch S PERIOD_MS"
+               " [--cid C] [--port P] [--unprivileged-port] [--serial [PATH]]\n");
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);  // a peer that closes is an outcome, not a death
+  try {
+    return run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& e) {  // std::stoul of a --cid/--port that is no number
+    std::fprintf(stderr, "magnet-adversary: bad argument: %s\n", e.what());
+    return 2;
+  }
 }
