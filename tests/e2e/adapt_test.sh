@@ -7,13 +7,23 @@
 #     its view, less its headroom) beyond the token bucket's slack;
 #   * while g2's UDP overloads the link, its loss stays far below the
 #     fixed-rate sender's in the same run, and below 5% over the run.
-#   adapt_test.sh SOURCE_DIR BUILD_DIR
+#   adapt_test.sh SOURCE_DIR BUILD_DIR SUITE_TIMEOUT
 set -uo pipefail
 src=$1 build=$2
 out=$(mktemp -d /tmp/magnet-adapt-test.XXXXXX)
 trap 'rm -rf "$out"' EXIT
-MAGNET_BUILD_DIR=$build timeout 800 "$src/bench/adapt/run.sh" --cases adaptive,fixed --phase 8 \
-  --out "$out" >"$out/table.txt" 2>"$out/err.txt"
+# On tools/test's one direct lab when it gives one (docs/lab.md), else on a
+# lab of its own.
+reuse=()
+if [[ -n ${MAGNET_E2E_SHARED_LAB:-} ]]; then
+  export MAGNET_LAB_STATE=$MAGNET_E2E_SHARED_LAB
+  reuse=(--reuse-lab)
+fi
+# ctest's bound on this suite (tests/e2e/CMakeLists.txt), less the lab's
+# teardown bound (docs/lab.md, "Bounds"): bench/adapt then ends its lab itself.
+bound=$(( $3 - $("$src/tools/lab" bound down) ))
+MAGNET_BUILD_DIR=$build timeout "$bound" "$src/bench/adapt/run.sh" --cases adaptive,fixed --phase 8 \
+  "${reuse[@]}" --out "$out" >"$out/table.txt" 2>"$out/err.txt"
 rc=$?
 cat "$out/table.txt"
 if [[ $rc != 0 ]]; then

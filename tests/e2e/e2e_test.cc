@@ -40,7 +40,7 @@ const char* kFindPort =
 // Direct mode: libvirt on this machine, one TCG guest, guest network in a namespace.
 class DirectLab : public LabSuite {
  protected:
-  static void SetUpTestSuite() { BringUp("direct", 1, 240); }
+  static void SetUpTestSuite() { BringUp("direct", 1); }
   static void TearDownTestSuite() { TearDownLab(); }
 };
 
@@ -59,7 +59,7 @@ TEST_F(DirectLab, GuestIsRunningUnderLibvirtWithTcg) {
 
 TEST_F(DirectLab, ControlChannelReturnsOutputAndExitStatus) {
   REQUIRE_LAB();
-  auto r = lab()->Run("g1", "echo out-$((6*7)); hostname; echo err >&2; exit 9", 30);
+  auto r = lab()->Run("g1", "echo out-$((6*7)); hostname; echo err >&2; exit 9");
   EXPECT_EQ(r.status, 9) << r.Describe();
   EXPECT_EQ(r.out, "out-42\ng1\nerr\n") << r.Describe();
 }
@@ -71,7 +71,7 @@ TEST_F(DirectLab, ControlChannelReturnsOutputAndExitStatus) {
 TEST_F(DirectLab, ControlChannelGivesUpOnAGuestThatStopsAnswering) {
   REQUIRE_LAB();
   auto virsh = [](const char* verb) {
-    return RunProcess({"virsh", "-q", "-c", "qemu:///system", verb, "g1"}, 30);
+    return RunProcess({"virsh", "-q", "-c", "qemu:///system", verb, "g1"}, bounds().Domain());
   };
   auto p = virsh("suspend");
   ASSERT_EQ(p.status, 0) << p.Describe();
@@ -82,7 +82,7 @@ TEST_F(DirectLab, ControlChannelGivesUpOnAGuestThatStopsAnswering) {
   EXPECT_NE(r.err.find("no answer on control channel"), std::string::npos) << r.Describe();
   EXPECT_FALSE(r.timed_out) << "tools/lab ended by itself: " << r.Describe();
   EXPECT_LT(r.seconds, 3 + 10 + 10) << r.Describe();
-  auto n = lab()->Run("g1", "echo next", 30);
+  auto n = lab()->Run("g1", "echo next");
   EXPECT_EQ(n.status, 0) << n.Describe();
   EXPECT_EQ(n.out, "next\n") << n.Describe();
 }
@@ -92,9 +92,10 @@ TEST_F(DirectLab, VirtioSerialMessageRoundTrip) {
   // Guest side: wait (bounded) for one line on org.magnet.test.0 and answer "echo:<line>".
   std::string guest_cmd = std::string(kFindPort) +
                           "p=$(port_of org.magnet.test.0); [ -n \"$p\" ] || exit 3; "
-                          "timeout 30 sh -c 'exec 4<>'$p'; while ! read -r l <&4; do sleep 0.1; done; "
+                          "timeout " + std::to_string(bounds().Linger(1)) +
+                          " sh -c 'exec 4<>'$p'; while ! read -r l <&4; do sleep 0.1; done; "
                           "echo \"echo:$l\" >&4; sleep 1' >/dev/null 2>&1 & echo started";
-  auto g = lab()->Run("g1", guest_cmd, 20);
+  auto g = lab()->Run("g1", guest_cmd);
   ASSERT_EQ(g.status, 0) << g.Describe();
   // Host side: plain AF_UNIX client on the channel's socket.
   std::string path = lab()->state_dir() + "/guests/g1/test.sock";
@@ -107,7 +108,7 @@ TEST_F(DirectLab, VirtioSerialMessageRoundTrip) {
   std::string msg = "ping-" + std::to_string(getpid()) + "\n";
   ASSERT_EQ(write(fd, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));
   std::string got;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(bounds().Quick());
   while (got.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, 500) <= 0) continue;
@@ -127,9 +128,9 @@ class LabFailures : public ::testing::Test {
  protected:
   static void ExpectTornDown(const Lab& lab) {
     EXPECT_FALSE(fs::exists(lab.state_dir())) << "state dir left behind: " << lab.state_dir();
-    auto ns = RunProcess({"ip", "netns", "list"}, 10);
+    auto ns = RunProcess({"ip", "netns", "list"}, LabBounds().Quick());
     EXPECT_EQ(ns.out.find("magnetlab"), std::string::npos) << "netns left behind: " << ns.out;
-    auto virsh = RunProcess({"pgrep", "-x", "libvirtd"}, 10);
+    auto virsh = RunProcess({"pgrep", "-x", "libvirtd"}, LabBounds().Quick());
     EXPECT_NE(virsh.status, 0) << "a libvirtd is still running: " << virsh.out;
     EXPECT_FALSE(fs::exists("/run/libvirt/qemu/g1.pid"));
     // libvirt keeps a persistent definition across its own restarts and the machine's.
@@ -142,7 +143,7 @@ TEST_F(LabFailures, MissingImageInputIsNamed) {
           {{"MAGNET_LAB_NO_BUILD", "1"}, {"MAGNET_LAB_GUEST_KERNEL", "/nonexistent/magnet-vmlinuz"}});
   RegisterForEmergencyTeardown(lab);
   lab.Down();
-  auto r = lab.Up(1, 120);
+  auto r = lab.Up(1);
   EXPECT_NE(r.status, 0) << r.Describe();
   EXPECT_NE(r.err.find("missing image input"), std::string::npos) << r.Describe();
   EXPECT_NE(r.err.find("/nonexistent/magnet-vmlinuz"), std::string::npos) << r.Describe();
@@ -164,7 +165,7 @@ TEST_F(LabFailures, GuestThatNeverBecomesReadyFailsWithItsConsoleLog) {
            {"MAGNET_LAB_FAIL_LOGS", logs}});
   RegisterForEmergencyTeardown(lab);
   lab.Down();
-  auto r = lab.Up(1, 180);
+  auto r = lab.Up(1);
   EXPECT_NE(r.status, 0) << r.Describe();
   EXPECT_TRUE(std::regex_search(r.err, std::regex("g1( did not become ready within 20 s|: its QEMU process .* exited before becoming ready)")))
       << r.Describe();
@@ -182,7 +183,7 @@ TEST_F(LabFailures, LibvirtdThatFailsToStartIsNamedWithItsLog) {
           {{"MAGNET_LAB_LIBVIRTD", "/bin/false"}, {"MAGNET_LAB_FAIL_LOGS", logs}});
   RegisterForEmergencyTeardown(lab);
   lab.Down();
-  auto r = lab.Up(1, 120);
+  auto r = lab.Up(1);
   EXPECT_NE(r.status, 0) << r.Describe();
   EXPECT_NE(r.err.find("libvirtd (/bin/false) failed to start; log: /run/magnet-lab-e2e-nolibvirtd/logs/libvirtd.log"),
             std::string::npos)
@@ -190,7 +191,7 @@ TEST_F(LabFailures, LibvirtdThatFailsToStartIsNamedWithItsLog) {
   EXPECT_NE(r.err.find("torn down"), std::string::npos) << r.Describe();
   EXPECT_TRUE(fs::exists(logs + "/libvirtd.log")) << "libvirtd log not collected into " << logs;
   ExpectTornDown(lab);
-  auto vl = RunProcess({"pgrep", "-x", "virtlogd"}, 10);
+  auto vl = RunProcess({"pgrep", "-x", "virtlogd"}, LabBounds().Quick());
   EXPECT_NE(vl.status, 0) << "virtlogd left running: " << vl.out;
   UnregisterEmergencyTeardown(lab);
 }
@@ -215,14 +216,15 @@ TEST_F(LabFailures, SecondDirectLabIsRefusedAndTheFirstSurvives) {
   } guard{first, second};
   first.Down();
   second.Down();
-  auto up1 = first.Up(1, 240);
+  auto up1 = first.Up(1);
   ASSERT_EQ(up1.status, 0) << up1.Describe();
-  auto up2 = second.Up(1, 120);
+  auto up2 = second.Up(1);
   EXPECT_NE(up2.status, 0) << up2.Describe();
   EXPECT_NE(up2.err.find("network namespace magnetlab already exists"), std::string::npos) << up2.Describe();
   EXPECT_NE(up2.err.find("torn down"), std::string::npos) << up2.Describe();
   EXPECT_FALSE(fs::exists(second.state_dir()));
-  auto alive = first.Run("g1", "echo alive; ping -c1 -W3 10.77.0.1 >/dev/null && echo net-ok", 30);
+  auto alive = first.Run("g1", "echo alive; ping -c1 -W" + std::to_string(first.bounds().Quick()) +
+                                    " 10.77.0.1 >/dev/null && echo net-ok");
   EXPECT_EQ(alive.out, "alive\nnet-ok\n") << alive.Describe();
   auto down = first.Down();
   EXPECT_EQ(down.status, 0) << down.Describe();
@@ -252,25 +254,19 @@ TEST_F(LabFailures, InterruptDuringUpTearsDown) {
     execve(argv[0], argv, envp.data());
     _exit(127);
   }
-  // Wait (bounded) until the guest domain has been defined and started.
-  bool started = false;
-  for (int i = 0; i < 600 && !started; ++i) {
-    started = fs::exists(lab.state_dir() + "/guests/g1/defined") && fs::exists("/run/libvirt/qemu/g1.pid");
-    if (!started) usleep(100000);
-  }
+  // Wait (bounded by up's own bound) until the guest domain has been defined and started.
+  const bool started = WaitFor(
+      [&] { return fs::exists(lab.state_dir() + "/guests/g1/defined") && fs::exists("/run/libvirt/qemu/g1.pid"); },
+      UpBound("direct", 1), 100);
   EXPECT_TRUE(started) << "guest g1 was never started";
   kill(pid, SIGINT);
   int st = 0;
-  bool exited = false;
-  for (int i = 0; i < 1200 && !exited; ++i) {
-    exited = waitpid(pid, &st, WNOHANG) == pid;
-    if (!exited) usleep(100000);
-  }
+  const bool exited = WaitFor([&] { return waitpid(pid, &st, WNOHANG) == pid; }, lab.bounds().Down(), 100);
   if (!exited) {
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
   }
-  ASSERT_TRUE(exited) << "'tools/lab up' did not exit within 120 s of SIGINT";
+  ASSERT_TRUE(exited) << "'tools/lab up' did not exit within " << lab.bounds().Down() << " s of SIGINT";
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130) << "status " << st;
   ExpectTornDown(lab);
   lab.Down();
@@ -300,23 +296,23 @@ TEST_F(LabFailures, ADomainLeftByAKilledLabIsRemovedAndAForeignOneRefused) {
   } guard{killed, next};
   killed.Down();
   next.Down();
-  auto up = killed.Up(1, 240);
+  auto up = killed.Up(1);
   ASSERT_EQ(up.status, 0) << up.Describe();
   // As after a restart of the machine: g1 not running, and its lab's teardown never ran (here
   // it runs without knowing of g1, which stays defined).
-  auto destroy = RunProcess({"virsh", "-q", "-c", "qemu:///system", "destroy", "g1"}, 60);
+  auto destroy = RunProcess({"virsh", "-q", "-c", "qemu:///system", "destroy", "g1"}, killed.bounds().Domain());
   ASSERT_EQ(destroy.status, 0) << destroy.Describe();
   ASSERT_EQ(::unlink((killed.state_dir() + "/guests/g1/defined").c_str()), 0);
   ASSERT_EQ(killed.Down().status, 0);
   ASSERT_TRUE(fs::exists(foreign)) << "the killed lab's g1 should still be defined";
 
-  up = next.Up(1, 240);
+  up = next.Up(1);
   ASSERT_EQ(up.status, 0) << up.Describe();
   EXPECT_NE(up.err.find("removing domain g1, left behind by a lab that ended without its teardown "
                         "(state: /run/magnet-lab-e2e-killed, gone)"),
             std::string::npos)
       << up.Describe();
-  auto alive = next.Run("g1", "echo alive", 30);
+  auto alive = next.Run("g1", "echo alive");
   EXPECT_EQ(alive.out, "alive\n") << alive.Describe();
   ASSERT_EQ(next.Down().status, 0);
   ExpectTornDown(next);
@@ -324,20 +320,20 @@ TEST_F(LabFailures, ADomainLeftByAKilledLabIsRemovedAndAForeignOneRefused) {
   // The same, with the lab that left g1 behind coming up again on the same state directory (a CI
   // run killed at its time limit, then the next run): its own 'mode' is written by then, and g1
   // is still its leftover, not a lab that is up.
-  up = killed.Up(1, 240);
+  up = killed.Up(1);
   ASSERT_EQ(up.status, 0) << up.Describe();
-  destroy = RunProcess({"virsh", "-q", "-c", "qemu:///system", "destroy", "g1"}, 60);
+  destroy = RunProcess({"virsh", "-q", "-c", "qemu:///system", "destroy", "g1"}, killed.bounds().Domain());
   ASSERT_EQ(destroy.status, 0) << destroy.Describe();
   ASSERT_EQ(::unlink((killed.state_dir() + "/guests/g1/defined").c_str()), 0);
   ASSERT_EQ(killed.Down().status, 0);
   ASSERT_TRUE(fs::exists(foreign)) << "the killed lab's g1 should still be defined";
-  up = killed.Up(1, 240);
+  up = killed.Up(1);
   ASSERT_EQ(up.status, 0) << up.Describe();
   EXPECT_NE(up.err.find("removing domain g1, left behind by a lab that ended without its teardown "
                         "(state: /run/magnet-lab-e2e-killed, this lab's own, reused)"),
             std::string::npos)
       << up.Describe();
-  alive = killed.Run("g1", "echo alive", 30);
+  alive = killed.Run("g1", "echo alive");
   EXPECT_EQ(alive.out, "alive\n") << alive.Describe();
   ASSERT_EQ(killed.Down().status, 0);
   ExpectTornDown(killed);
@@ -348,7 +344,7 @@ TEST_F(LabFailures, ADomainLeftByAKilledLabIsRemovedAndAForeignOneRefused) {
     f << "<domain type='qemu'><name>g1</name><memory unit='MiB'>64</memory>"
          "<os><type arch='x86_64' machine='pc'>hvm</type></os></domain>\n";
   }
-  up = next.Up(1, 240);
+  up = next.Up(1);
   EXPECT_NE(up.status, 0) << up.Describe();
   EXPECT_NE(up.err.find("a libvirt domain named g1 already exists and is not the lab's"), std::string::npos)
       << up.Describe();
@@ -362,10 +358,10 @@ TEST_F(LabFailures, ADomainLeftByAKilledLabIsRemovedAndAForeignOneRefused) {
 // Nested mode: lab host VM under TCG on this machine, two KVM guests inside it.
 class NestedLab : public LabSuite {
  protected:
-  static void SetUpTestSuite() { BringUp("nested", 2, 700); }
+  static void SetUpTestSuite() { BringUp("nested", 2); }
   static void TearDownTestSuite() { TearDownLab(); }
   static std::string QemuPid(const std::string& g) {
-    return Trim(lab()->Run("labhost", "cat /run/libvirt/qemu/" + g + ".pid", 20).out);
+    return Trim(lab()->Run("labhost", "cat /run/libvirt/qemu/" + g + ".pid").out);
   }
 };
 
@@ -377,8 +373,7 @@ TEST_F(NestedLab, GuestsRunUnderKvmWithVhostNetAndVhostVsock) {
     auto r = lab()->Run("labhost",
                         "p=" + pid + "; for t in /proc/$p/task/*; do cat $t/comm; done | grep -c '/KVM'; "
                         "ls -l /proc/$p/fd | grep -c /dev/vhost-net; ls -l /proc/$p/fd | grep -c /dev/vhost-vsock; "
-                        "ps -o comm | grep -c \"^vhost-$p\\$\"",
-                        30);
+                        "ps -o comm | grep -c \"^vhost-$p\\$\"");
     auto l = SplitLines(r.out);
     ASSERT_EQ(l.size(), 4u) << r.Describe();
     EXPECT_GE(std::stoi(l[0]), 1) << g << ": no 'CPU n/KVM' vCPU thread";
@@ -397,18 +392,18 @@ TEST_F(NestedLab, Iperf3BetweenEachGuestAndTheLabHostOverVhostNet) {
     std::string vhost_time =
         "for t in $(ps -o pid,comm | awk '$2==\"vhost-" + pid + "\"{print $1}'); do "
         "awk '{s+=$14+$15} END{print s}' /proc/$t/stat; done | awk '{s+=$1} END{print s+0}'";
-    auto before = lab()->Run("labhost", vhost_time, 20);
+    auto before = lab()->Run("labhost", vhost_time);
     ASSERT_EQ(before.status, 0) << before.Describe();
-    auto srv = lab()->Run("labhost", "iperf3 -s -1 -D -p " + std::to_string(port) + " >/dev/null 2>&1; sleep 0.3", 20);
+    auto srv = lab()->Run("labhost", "iperf3 -s -1 -D -p " + std::to_string(port) + " >/dev/null 2>&1; sleep 0.3");
     ASSERT_EQ(srv.status, 0) << srv.Describe();
-    auto c = lab()->Run(g, "iperf3 -c 10.77.0.1 -p " + std::to_string(port) + " -t 3 -f m", 60);
+    auto c = lab()->Run(g, "iperf3 -c 10.77.0.1 -p " + std::to_string(port) + " -t 3 -f m", bounds().Work(3));
     ASSERT_EQ(c.status, 0) << c.Describe();
     std::smatch m;
     ASSERT_TRUE(std::regex_search(c.out, m, std::regex(R"(([0-9.]+) Mbits/sec\s+receiver)"))) << c.out;
     double mbps = std::stod(m[1]);
     std::cout << "[e2e] iperf3 " << g << " -> labhost: " << mbps << " Mbit/s\n";
     EXPECT_GT(mbps, 5.0) << c.out;
-    auto after = lab()->Run("labhost", vhost_time, 20);
+    auto after = lab()->Run("labhost", vhost_time);
     EXPECT_GT(std::stol(Trim(after.out)), std::stol(Trim(before.out)))
         << g << ": vhost-" << pid << " threads used no CPU during iperf3";
     ++port;
@@ -419,24 +414,23 @@ TEST_F(NestedLab, VsockRoundTripGuestToLabHostAndBack) {
   REQUIRE_LAB();
   const int port = 5500;
   // Lab host (CID 2) answers each connection with "pong-<what it received>".
+  const std::string quick = std::to_string(bounds().Quick()), linger = std::to_string(bounds().Linger(0));
   auto srv = lab()->Run("labhost",
                         "printf '#!/bin/sh\\nread l; echo \"pong-$l\"\\n' >/tmp/vs-reply.sh; chmod +x /tmp/vs-reply.sh; "
-                        "(timeout 60 socat VSOCK-LISTEN:" + std::to_string(port) +
-                            ",reuseaddr,fork EXEC:/tmp/vs-reply.sh >/tmp/vs-listen.log 2>&1 &); sleep 0.5",
-                        20);
+                        "(timeout " + linger + " socat VSOCK-LISTEN:" + std::to_string(port) +
+                            ",reuseaddr,fork EXEC:/tmp/vs-reply.sh >/tmp/vs-listen.log 2>&1 &); sleep 0.5");
   ASSERT_EQ(srv.status, 0) << srv.Describe();
   for (std::string g : {"g1", "g2"}) {
-    auto r = lab()->Run(g, "echo ping-" + g + " | timeout 10 socat -T 5 - VSOCK-CONNECT:2:" + std::to_string(port), 30);
+    auto r = lab()->Run(g, "echo ping-" + g + " | socat -T " + quick + " - VSOCK-CONNECT:2:" + std::to_string(port));
     EXPECT_EQ(r.status, 0) << r.Describe();
     EXPECT_EQ(r.out, "pong-ping-" + g + "\n") << r.Describe();
   }
   // And the other way: the lab host connects to g1's CID (3).
   auto gl = lab()->Run("g1",
                        "printf '#!/bin/sh\\nread l; echo \"guest-got-$l\"\\n' >/tmp/r.sh; chmod +x /tmp/r.sh; "
-                       "(timeout 30 socat VSOCK-LISTEN:5501,reuseaddr EXEC:/tmp/r.sh >/dev/null 2>&1 &); sleep 0.3",
-                       20);
+                       "(timeout " + linger + " socat VSOCK-LISTEN:5501,reuseaddr EXEC:/tmp/r.sh >/dev/null 2>&1 &); sleep 0.3");
   ASSERT_EQ(gl.status, 0) << gl.Describe();
-  auto r = lab()->Run("labhost", "echo hello | timeout 10 socat -T 5 - VSOCK-CONNECT:3:5501", 30);
+  auto r = lab()->Run("labhost", "echo hello | socat -T " + quick + " - VSOCK-CONNECT:3:5501");
   EXPECT_EQ(r.status, 0) << r.Describe();
   EXPECT_EQ(r.out, "guest-got-hello\n") << r.Describe();
 }
@@ -464,7 +458,7 @@ TEST_F(NestedLab, KvmExitsAreAttributedToTheRightGuestWithTracefs) {
   std::string pid1 = QemuPid("g1"), pid2 = QemuPid("g2");
   ASSERT_FALSE(pid1.empty());
   ASSERT_FALSE(pid2.empty());
-  ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p 5401 >/dev/null 2>&1", 20).status, 0);
+  ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p 5401 >/dev/null 2>&1").status, 0);
   // Trace kvm_exit for ~4 s while g1 pushes traffic; then count per thread and map thread -> tgid.
   std::string trace =
       "T=/sys/kernel/tracing; echo 0 >$T/tracing_on; echo >$T/trace; echo 8192 >$T/buffer_size_kb; "
@@ -473,8 +467,8 @@ TEST_F(NestedLab, KvmExitsAreAttributedToTheRightGuestWithTracefs) {
       "grep kvm_exit $T/trace | sed -n 's/^ *.*-\\([0-9][0-9]*\\) *\\[[0-9]*\\].*/\\1/p' | sort | uniq -c | "
       "while read n tid; do echo \"$(awk '/^Tgid:/{print $2}' /proc/$tid/status) $tid $n\"; done; echo >$T/trace";
   std::string load = "(sleep 0.5; iperf3 -c 10.77.0.1 -p 5401 -t 3 >/dev/null 2>&1) &";
-  ASSERT_EQ(lab()->Run("g1", load, 10).status, 0);
-  auto r = lab()->Run("labhost", trace, 60);
+  ASSERT_EQ(lab()->Run("g1", load).status, 0);
+  auto r = lab()->Run("labhost", trace, bounds().Crunch());
   ASSERT_EQ(r.status, 0) << r.Describe();
   ExitCounts c;
   for (auto& line : SplitLines(r.out)) {
@@ -490,7 +484,7 @@ TEST_F(NestedLab, KvmExitsAreAttributedToTheRightGuestWithTracefs) {
   // Each counted thread is a vCPU thread ("CPU n/KVM") of its QEMU.
   for (auto& [tgid, tids] : c.tids)
     for (auto& tid : tids) {
-      auto comm = lab()->Run("labhost", "cat /proc/" + tgid + "/task/" + tid + "/comm", 10);
+      auto comm = lab()->Run("labhost", "cat /proc/" + tgid + "/task/" + tid + "/comm");
       EXPECT_NE(comm.out.find("/KVM"), std::string::npos) << "thread " << tid << " of " << tgid << ": " << comm.out;
     }
 }
@@ -510,21 +504,21 @@ TEST_F(NestedLab, KvmExitsAreAttributedToTheRightGuestWithMagnetRecord) {
   // a minute before (a lab brought up again) then out-exited it.
   ASSERT_EQ(lab()->Run("labhost", "rm -f /tmp/e2e-kvm.trace; (" + magnet +
                                       " record -o /tmp/e2e-kvm.trace --probes kvm.exit --duration 7 "
-                                      ">/tmp/e2e-kvm.log 2>&1 &); iperf3 -s -1 -D -p 5402 >/dev/null 2>&1",
-                       20).status, 0);
-  ASSERT_TRUE(WaitFor([&] { return lab()->Run("labhost", "grep -c recording /tmp/e2e-kvm.log", 10).out.find('1') == 0; },
-                      40, 250))
-      << lab()->Run("labhost", "cat /tmp/e2e-kvm.log", 10).out;
-  auto load = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5402 -t 4 >/dev/null 2>&1; echo rc=$?", 60);
+                                      ">/tmp/e2e-kvm.log 2>&1 &); iperf3 -s -1 -D -p 5402 >/dev/null 2>&1").status,
+            0);
+  ASSERT_TRUE(WaitFor([&] { return lab()->Run("labhost", "grep -c recording /tmp/e2e-kvm.log").out.find('1') == 0; },
+                      bounds().Crunch(), 250))
+      << lab()->Run("labhost", "cat /tmp/e2e-kvm.log").out;
+  auto load = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5402 -t 4 >/dev/null 2>&1; echo rc=$?", bounds().Work(4));
   EXPECT_NE(load.out.find("rc=0"), std::string::npos) << load.Describe();
-  ASSERT_TRUE(WaitFor([&] { return lab()->Run("labhost", "grep -c 'written to' /tmp/e2e-kvm.log", 10).out.find('1') == 0; },
-                      60, 500))
-      << lab()->Run("labhost", "cat /tmp/e2e-kvm.log", 10).out;
+  ASSERT_TRUE(WaitFor([&] { return lab()->Run("labhost", "grep -c 'written to' /tmp/e2e-kvm.log").out.find('1') == 0; },
+                      bounds().Crunch(), 250))
+      << lab()->Run("labhost", "cat /tmp/e2e-kvm.log").out;
   // Aggregate in the lab host (the CSV can be large): header, then "tgid tid vm count" lines.
   auto dump = lab()->Run("labhost",
                          magnet + " dump /tmp/e2e-kvm.trace --format csv > /tmp/e2e-kvm.csv; rc=$?; head -n1 /tmp/e2e-kvm.csv; "
                          "awk -F, 'NR>1 && $3 ~ /kvm/ {c[$5\" \"$6\" \"($4==\"\"?\"-\":$4)]++} END{for(k in c) print k, c[k]}' /tmp/e2e-kvm.csv; exit $rc",
-                         90);
+                         bounds().Crunch());
   ASSERT_EQ(dump.status, 0) << dump.Describe();
   auto lines = SplitLines(dump.out);
   ASSERT_FALSE(lines.empty()) << dump.Describe();
@@ -558,19 +552,17 @@ TEST_F(NestedLab, KvmExitTimesUserspaceExitsAndVhostWorkPerGuest) {
   ASSERT_EQ(lab()->Run("labhost", "rm -f /tmp/k.trace; (" + magnet + " record -o /tmp/k.trace "
                                       "--probes kvm.exit,kvm.entry,kvm.userspace_exit,vmnet.vhost "
                                       "--duration 25 >/tmp/k.log 2>&1 &); iperf3 -s -1 -D -p 5403 "
-                                      ">/dev/null 2>&1",
-                       20).status, 0);
+                                      ">/dev/null 2>&1").status,
+            0);
   // Wait until the recorder runs (it prints its first status line then).
-  for (int i = 0; i < 40; ++i)
-    if (lab()->Run("labhost", "grep -c recording /tmp/k.log", 10).out.find('1') == 0) break;
-    else usleep(250000);
+  WaitFor([&] { return lab()->Run("labhost", "grep -c recording /tmp/k.log").out.find('1') == 0; },
+          bounds().Crunch(), 250);
   auto g1 = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5403 -t 2 >/dev/null 2>&1; echo rc=$?; "
-                             "for i in $(seq 50); do echo hello > /dev/ttyS0; done", 60);
+                             "for i in $(seq 50); do echo hello > /dev/ttyS0; done", bounds().Work(2));
   ASSERT_NE(g1.out.find("rc=0"), std::string::npos) << g1.Describe();
-  // The recorder stops by itself; wait for its final line.
-  for (int i = 0; i < 120; ++i)
-    if (lab()->Run("labhost", "grep -c 'written to' /tmp/k.log", 10).out.find('1') == 0) break;
-    else sleep(1);
+  // The recorder stops by itself (25 s after it started); wait for its final line.
+  WaitFor([&] { return lab()->Run("labhost", "grep -c 'written to' /tmp/k.log").out.find('1') == 0; },
+          bounds().Work(25) + bounds().Crunch(), 500);
   // Every kvm.entry that ends an exit (exit_ns > 0) must carry the time and
   // reason of its thread's last kvm.exit.  A thread's entries before its
   // first recorded exit are left out: the probes attach one after the
@@ -596,7 +588,7 @@ TEST_F(NestedLab, KvmExitTimesUserspaceExitsAndVhostWorkPerGuest) {
   auto r = lab()->Run("labhost", "cat /tmp/k.log | tail -n 2; " + magnet +
                                      " dump /tmp/k.trace --format csv > /tmp/k.csv && awk -F, '" + awk +
                                      "' /tmp/k.csv",
-                      120);
+                      bounds().Crunch());
   ASSERT_EQ(r.status, 0) << r.Describe();
   std::map<std::string, std::map<std::string, long>> m;  // kind -> tgid -> count
   long pairs = 0, ok = 0, bad = 0;
@@ -620,16 +612,16 @@ TEST_F(NestedLab, KvmExitTimesUserspaceExitsAndVhostWorkPerGuest) {
   // vhost-net: the worker of g1's QEMU ("vhost-<pid>", a kernel thread on 6.1).
   std::string worker;
   for (const auto& [t, n] : m["vt"])
-    if (Trim(lab()->Run("labhost", "cat /proc/" + t + "/comm", 10).out) == "vhost-" + pid1) worker = t;
+    if (Trim(lab()->Run("labhost", "cat /proc/" + t + "/comm").out) == "vhost-" + pid1) worker = t;
   ASSERT_FALSE(worker.empty()) << "no vmnet.vhost.tx from g1's vhost worker. " << r.out;
   EXPECT_GE(m["vt"][worker], 10) << r.out;
   EXPECT_EQ(vt_positive[worker], m["vt"][worker]) << "every handle_tx run takes time. " << r.out;
   EXPECT_GE(m["vr"][worker], 10) << r.out;
 
   // magnet kvm while g2 burns its vCPU and g1 idles.
-  ASSERT_EQ(lab()->Run("g2", "(timeout 12 sh -c 'while :; do :; done' &) ", 10).status, 0);
+  ASSERT_EQ(lab()->Run("g2", "(timeout 12 sh -c 'while :; do :; done' &) ").status, 0);
   sleep(2);
-  auto k = lab()->Run("labhost", magnet + " kvm --json --count 1 --interval 3", 60);
+  auto k = lab()->Run("labhost", magnet + " kvm --json --count 1 --interval 3", bounds().Crunch());
   ASSERT_EQ(k.status, 0) << k.Describe();
   auto j = nlohmann::json::parse(Trim(k.out), nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << k.out;
@@ -659,12 +651,12 @@ TEST_F(NestedLab, VsockCidAlreadyTakenIsReportedClearly) {
                       "MAGNET_LAB_CID_BASE=3 bash -c 'source /mnt/magnetsrc/tools/lab.d/lab-lib.sh; "
                       "lab_guest_start gdup 1' 2>&1; rc=$?; "
                       "virsh -q undefine gdup >/dev/null 2>&1; rm -rf /run/magnet-lab/guests/gdup; exit $rc",
-                      60);
+                      bounds().Domain());
   EXPECT_NE(r.status, 0) << r.Describe();
   EXPECT_NE(r.out.find("virsh start gdup failed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Address already in use"), std::string::npos) << r.out;
   // g1 is unaffected.
-  auto ok = lab()->Run("g1", "echo still-here", 20);
+  auto ok = lab()->Run("g1", "echo still-here");
   EXPECT_EQ(ok.out, "still-here\n") << ok.Describe();
 }
 
@@ -678,7 +670,7 @@ std::map<std::string, long> CountLayerEvents(const Lab& lab, const std::string& 
                        std::to_string(port) +
                        " 'NR==1{for(i=1;i<=NF;i++) c[$i]=i; next} $c[\"dport\"]==p || "
                        "$c[\"sport\"]==p {n[$3]++} END{for(e in n) print e, n[e]}'",
-                   120);
+                   lab.bounds().Crunch());
   std::map<std::string, long> out;
   for (auto& line : SplitLines(r.out)) {
     std::istringstream in(line);
@@ -692,7 +684,7 @@ std::map<std::string, long> CountLayerEvents(const Lab& lab, const std::string& 
 TEST_F(NestedLab, CaptureAttachesThroughFentryAndKprobeOnTheLabHostKernel) {
   REQUIRE_LAB();
   const std::string magnet = "/mnt/magnetbuild/host/magnet";
-  auto probes = lab()->Run("labhost", magnet + " probes --json", 60);
+  auto probes = lab()->Run("labhost", magnet + " probes --json", bounds().Crunch());
   ASSERT_EQ(probes.status, 0) << probes.Describe();
   // 6.1 has no sock_send_length tracepoint and no BPF netfilter hooks.
   EXPECT_NE(probes.out.find("\"probe\":\"net.sock.send\",\"id\":256,\"layer\":\"socket\""),
@@ -701,37 +693,34 @@ TEST_F(NestedLab, CaptureAttachesThroughFentryAndKprobeOnTheLabHostKernel) {
   for (std::string deny : {"", "fentry"}) {
     SCOPED_TRACE("MAGNET_DENY_METHODS=" + deny);
     const int port = deny.empty() ? 5403 : 5404;
-    auto listed = lab()->Run("labhost", "MAGNET_DENY_METHODS=" + deny + " " + magnet + " probes", 60);
+    auto listed = lab()->Run("labhost", "MAGNET_DENY_METHODS=" + deny + " " + magnet + " probes", bounds().Crunch());
     std::regex l4(R"(net\.l4\.send\s+\S+\s+(\S+))");
     std::smatch m;
     ASSERT_TRUE(std::regex_search(listed.out, m, l4)) << listed.out;
     EXPECT_EQ(m[1].str(), deny.empty() ? "fentry" : "kprobe") << listed.out;
-    ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p " + std::to_string(port) + " >/dev/null 2>&1", 20).status, 0);
+    ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p " + std::to_string(port) + " >/dev/null 2>&1").status, 0);
     // The traffic starts once the recorder runs: loading the probes on
     // the TCG-emulated lab host takes seconds, more with fentry.
     ASSERT_EQ(lab()->Run("labhost", "rm -f /tmp/fb.trace; (MAGNET_DENY_METHODS=" + deny + " " +
-                                        magnet + " record -o /tmp/fb.trace --probes net "
-                                        "--duration 120 >/tmp/fb.log 2>&1 & echo $! >/tmp/fb.pid)",
-                         20).status, 0);
-    bool recording = false;
+                                        magnet + " record -o /tmp/fb.trace --probes net --duration " +
+                                        std::to_string(bounds().Crunch() + bounds().Linger(2)) +
+                                        " >/tmp/fb.log 2>&1 & echo $! >/tmp/fb.pid)").status,
+              0);
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 240 && !recording; ++i) {
-      recording = lab()->Run("labhost", "grep -c recording /tmp/fb.log", 10).out.find('1') == 0;
-      if (!recording) usleep(250000);
-    }
-    ASSERT_TRUE(recording) << lab()->Run("labhost", "cat /tmp/fb.log", 10).out;
+    const bool recording = WaitFor(
+        [&] { return lab()->Run("labhost", "grep -c recording /tmp/fb.log").out.find('1') == 0; },
+        bounds().Crunch(), 250);
+    ASSERT_TRUE(recording) << lab()->Run("labhost", "cat /tmp/fb.log").out;
     std::printf("[e2e] deny=%s: recorder running after %.1f s\n", deny.c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     auto client = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p " + std::to_string(port) +
-                                       " -u -b 2M -l 1000 -t 2 >/dev/null 2>&1; echo rc=$?", 60);
+                                       " -u -b 2M -l 1000 -t 2 >/dev/null 2>&1; echo rc=$?", bounds().Work(2));
     ASSERT_NE(client.out.find("rc=0"), std::string::npos) << client.Describe();
-    ASSERT_EQ(lab()->Run("labhost", "kill -INT $(cat /tmp/fb.pid)", 10).status, 0);
-    bool done = false;
-    for (int i = 0; i < 120 && !done; ++i) {
-      done = lab()->Run("labhost", "grep -c 'written to' /tmp/fb.log", 10).out.find('1') == 0;
-      if (!done) sleep(1);
-    }
-    ASSERT_TRUE(done) << lab()->Run("labhost", "cat /tmp/fb.log", 10).out;
+    ASSERT_EQ(lab()->Run("labhost", "kill -INT $(cat /tmp/fb.pid)").status, 0);
+    const bool done = WaitFor(
+        [&] { return lab()->Run("labhost", "grep -c 'written to' /tmp/fb.log").out.find('1') == 0; },
+        bounds().Crunch(), 250);
+    ASSERT_TRUE(done) << lab()->Run("labhost", "cat /tmp/fb.log").out;
     auto n = CountLayerEvents(*lab(), magnet, "/tmp/fb.trace", port);
     // Guest -> lab host: received at every layer of the lab host's stack.
     for (const char* e : {"net.dev.recv", "net.ip.recv", "net.l4.recv", "net.sock.recv"})
@@ -745,27 +734,30 @@ TEST_F(NestedLab, CaptureAttachesThroughFentryAndKprobeOnTheLabHostKernel) {
 TEST_F(NestedLab, PerVmViewsMatchIperf3AndKeepEachVmToItself) {
   REQUIRE_LAB();
   const std::string magnet = "/mnt/magnetbuild/host/magnet";
-  ASSERT_EQ(lab()->Run("labhost", "(" + magnet + " host --socket /tmp/h.sock --duration 150 "
-                                      ">/tmp/host.log 2>&1 &)", 20).status, 0);
+  ASSERT_EQ(lab()->Run("labhost", "(" + magnet + " host --socket /tmp/h.sock --duration " +
+                                      std::to_string(bounds().Linger(21)) + " >/tmp/host.log 2>&1 &)").status,
+            0);
   std::string top;
-  for (int i = 0; i < 40 && top.find("\"name\":\"g2\"") == std::string::npos; ++i) {
-    top = lab()->Run("labhost", "sleep 0.5; " + magnet + " top --socket /tmp/h.sock --json --count 1", 30).out;
-  }
-  ASSERT_NE(top.find("\"name\":\"g1\""), std::string::npos) << top << lab()->Run("labhost", "cat /tmp/host.log", 10).out;
+  WaitFor(
+      [&] {
+        top = lab()->Run("labhost", magnet + " top --socket /tmp/h.sock --json --count 1").out;
+        return top.find("\"name\":\"g2\"") != std::string::npos;
+      },
+      bounds().Ready(), 250);
+  ASSERT_NE(top.find("\"name\":\"g1\""), std::string::npos) << top << lab()->Run("labhost", "cat /tmp/host.log").out;
   ASSERT_NE(top.find("\"name\":\"g2\""), std::string::npos) << top;
   // Phase 1: only g2 burns CPU, g1 idles.  The daemon's figures cover the
   // last full second, so sample well inside the phase.
-  ASSERT_EQ(lab()->Run("g2", "(timeout 5 sh -c 'while :; do :; done' &) ", 10).status, 0);
+  ASSERT_EQ(lab()->Run("g2", "(timeout 5 sh -c 'while :; do :; done' &) ").status, 0);
   sleep(3);
-  auto mid = lab()->Run("labhost", magnet + " top --socket /tmp/h.sock --json --count 1", 30);
+  auto mid = lab()->Run("labhost", magnet + " top --socket /tmp/h.sock --json --count 1");
   sleep(3);
-  // Phase 2: different rates from the two guests.
-  // (60 s: a CPU-starved lab host once took more than 20 s to answer here.)
+  // Phase 2: different rates from the two guests.  (Each start is a
+  // quick step: a CPU-starved lab host once took more than 20 s for one.)
   ASSERT_EQ(lab()->Run("labhost", "iperf3 -s -1 -D -p 5501 -J --logfile /tmp/i1.json; "
-                                  "iperf3 -s -1 -D -p 5502 -J --logfile /tmp/i2.json", 60).status, 0);
-  ASSERT_EQ(lab()->Run("g1", "(sleep 1; iperf3 -c 10.77.0.1 -p 5501 -u -b 10M -l 1400 -t 5 >/dev/null 2>&1) &", 10).status, 0);
-  ASSERT_EQ(lab()->Run("g2", "(sleep 1; iperf3 -c 10.77.0.1 -p 5502 -u -b 25M -l 1400 -t 5 >/dev/null 2>&1) &", 10).status, 0);
-  sleep(9);
+                                  "iperf3 -s -1 -D -p 5502 -J --logfile /tmp/i2.json").status, 0);
+  ASSERT_EQ(lab()->Run("g1", "(sleep 1; iperf3 -c 10.77.0.1 -p 5501 -u -b 10M -l 1400 -t 5 >/dev/null 2>&1) &").status, 0);
+  ASSERT_EQ(lab()->Run("g2", "(sleep 1; iperf3 -c 10.77.0.1 -p 5502 -u -b 25M -l 1400 -t 5 >/dev/null 2>&1) &").status, 0);
   std::map<std::string, std::string> vmid;
   for (std::string g : {"g1", "g2"}) {
     std::smatch m;
@@ -774,16 +766,18 @@ TEST_F(NestedLab, PerVmViewsMatchIperf3AndKeepEachVmToItself) {
   }
   for (auto [g, port, file] : {std::tuple{"g1", 5501, "/tmp/i1.json"}, {"g2", 5502, "/tmp/i2.json"}}) {
     SCOPED_TRACE(g);
-    // The server writes its summary when the test ends; nested guests start late under load.
+    // The server writes its summary when the test ends (1 + 5 s after its
+    // client started); nested guests start late under load.
     std::string ij;
     double iperf_bps = -1;
-    for (int i = 0; i < 30 && iperf_bps < 0; ++i) {
-      if (i) sleep(1);
-      ij = lab()->Run("labhost", std::string("cat ") + file, 20).out;
-      iperf_bps = IperfReceivedBitsPerSecond(ij);
-    }
+    WaitFor(
+        [&] {
+          ij = lab()->Run("labhost", std::string("cat ") + file).out;
+          return (iperf_bps = IperfReceivedBitsPerSecond(ij)) >= 0;
+        },
+        bounds().Work(6), 500);
     ASSERT_GT(iperf_bps, 1e5) << ij.substr(0, 1500);
-    auto v = lab()->Run("labhost", magnet + " views --json --vm " + g + " --socket /tmp/h.sock", 30).out;
+    auto v = lab()->Run("labhost", magnet + " views --json --vm " + g + " --socket /tmp/h.sock").out;
     double flow = FlowBytesPerSecond(v, "guest-tx", std::stoi(vmid[g]));
     ASSERT_GT(flow, 0) << v.substr(0, 1500);
     double view_bps = flow * 8 * 1400.0 / 1428.0;
@@ -813,7 +807,7 @@ TEST_F(NestedLab, PerVmViewsMatchIperf3AndKeepEachVmToItself) {
   EXPECT_LT(row["g2"].at("vcpu_halt").get<double>(), 0.05) << "g2 burns CPU. " << mid.out;
   EXPECT_GT(row["g1"].at("vcpu_halt").get<double>(), 0.15) << "g1 idles. " << mid.out;
   std::printf("[e2e] vCPU while only g2 burns: %s\n", mid.out.c_str());
-  lab()->Run("labhost", "kill $(pidof magnet) 2>/dev/null; true", 10);
+  lab()->Run("labhost", "kill $(pidof magnet) 2>/dev/null; true");
 }
 
 }  // namespace

@@ -39,7 +39,9 @@ double Secs(clk::time_point a, clk::time_point b) {
 class HostSide {
  public:
   HostSide(Lab* lab, bool nested) : lab_(lab), nested_(nested) {}
-  ProcResult Sh(const std::string& cmd, int timeout_s = 60) const {
+  // @timeout_s 0: a quick step (LabBounds().Quick()).
+  ProcResult Sh(const std::string& cmd, int timeout_s = 0) const {
+    if (timeout_s <= 0) timeout_s = LabBounds().Quick();
     if (nested_) return lab_->Run("labhost", cmd, timeout_s);
     return RunProcess({"sh", "-c", cmd}, timeout_s);
   }
@@ -64,24 +66,28 @@ class Daemon {
     pidf_ = "/tmp/magnet-gv-" + tag_ + ".pid";
   }
   ~Daemon() { Stop("TERM"); }
+  // The test stops it; its own --duration only ends one a dead test left behind.
   std::string Command() const {
-    return h_.Magnet() + " -v host --socket " + sock_ + " --duration 900 " + args_ + " >>" + log_ +
-           " 2>&1 & echo $! >" + pidf_;
+    return h_.Magnet() + " -v host --socket " + sock_ + " --duration " +
+           std::to_string(LabBounds().Test()) + " " + args_ + " >>" + log_ + " 2>&1 & echo $! >" + pidf_;
   }
-  // Starts it and waits (on the host side) for its [started] line.
+  // Starts it and waits (on the host side, in tenths of a second) for its [started] line.
   void Start() {
+    const Bounds& b = LabBounds();
     auto r = h_.Sh("n=$(grep -c 'magnet-host: \\[started\\]' " + log_ + " 2>/dev/null); " +
-                       Command() + "; i=0; while [ $i -lt 1200 ]; do " +
+                       Command() + "; i=0; while [ $i -lt " + std::to_string(10 * b.Ready()) + " ]; do " +
                        "[ $(grep -c 'magnet-host: \\[started\\]' " + log_ +
                        ") -gt ${n:-0} ] && break; sleep 0.1; i=$((i+1)); done; cat " + pidf_,
-                   180);
+                   b.Work(b.Ready()));
     running_ = r.status == 0;
     EXPECT_EQ(r.status, 0) << r.Describe();
   }
   void Stop(const std::string& sig) {
     if (!running_) return;
-    h_.Sh("p=$(cat " + pidf_ + "); kill -" + sig + " $p; for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.1; done",
-          30);
+    const Bounds& b = LabBounds();
+    h_.Sh("p=$(cat " + pidf_ + "); kill -" + sig + " $p; for i in $(seq " + std::to_string(10 * b.Quick()) +
+              "); do kill -0 $p 2>/dev/null || break; sleep 0.1; done",
+          b.Work(b.Quick()));
     running_ = false;
   }
   // Stops it with @sig, waits 3 s, starts it again, and measures on the
@@ -93,34 +99,38 @@ class Daemon {
   };
   times Restart(const std::string& sig, int n) {
     const std::string up = "cut -d' ' -f1 /proc/uptime";
+    // The shell's loops count twentieths of a second.
+    const Bounds& b = LabBounds();
+    const std::string quick = std::to_string(20 * b.Quick()), ready = std::to_string(20 * b.Ready());
     auto r = h_.Sh(
         "p=$(cat " + pidf_ + "); kill -" + sig + " $p; "
-        "i=0; while kill -0 $p 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
-        "if kill -0 $p 2>/dev/null; then echo \"the daemon (pid $p) still runs 30 s after SIG" + sig + "\"; exit 3; fi; "
+        "i=0; while kill -0 $p 2>/dev/null && [ $i -lt " + quick + " ]; do sleep 0.05; i=$((i+1)); done; "
+        "if kill -0 $p 2>/dev/null; then echo \"the daemon (pid $p) still runs " + std::to_string(b.Quick()) +
+            " s after SIG" + sig + "\"; exit 3; fi; "
         "t0=$(" + up + "); sleep 3; "
         "n=$(grep -c 'magnet-host: \\[started\\]' " + log_ + "); " + Command() + "; "
-        "i=0; while [ $(grep -c 'magnet-host: \\[started\\]' " + log_ + ") -le $n ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+        "i=0; while [ $(grep -c 'magnet-host: \\[started\\]' " + log_ + ") -le $n ] && [ $i -lt " + ready +
+            " ]; do sleep 0.05; i=$((i+1)); done; "
         "t1=$(" + up + "); "
         "i=0; while [ $(" + h_.Magnet() + " sessions --json --socket " + sock_ +
             " 2>/dev/null | grep -o '\"subscribed\":true' | wc -l) -lt " + std::to_string(n) +
-            " ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+            " ] && [ $i -lt " + ready + " ]; do sleep 0.05; i=$((i+1)); done; "
         "t2=$(" + up + "); echo $t0 $t1 $t2",
-        180);
+        b.Work(3 + b.Quick() + 2 * b.Ready()));
     times t;
     std::istringstream in(r.out);
     t.ok = static_cast<bool>(in >> t.stopped >> t.started >> t.back);
     EXPECT_TRUE(t.ok) << r.Describe();
     return t;
   }
-  std::string Log() const { return h_.Sh("cat " + log_, 30).out; }
+  std::string Log() const { return h_.Sh("cat " + log_).out; }
   json Query(const std::string& what) const {
-    auto r = h_.Sh(h_.Magnet() + " " + what + " --socket " + sock_ + " --json", 30);
+    auto r = h_.Sh(h_.Magnet() + " " + what + " --socket " + sock_ + " --json");
     return json::parse(r.out, nullptr, false);
   }
-  // Waits until every VM in @names has a subscribed session over @transport.
-  bool WaitSessions(const std::vector<std::string>& names, const std::string& transport,
-                    int timeout_s) {
-    auto end = clk::now() + std::chrono::seconds(timeout_s);
+  // Waits (a readiness bound) until every VM in @names has a subscribed session over @transport.
+  bool WaitSessions(const std::vector<std::string>& names, const std::string& transport) {
+    auto end = clk::now() + std::chrono::seconds(LabBounds().Ready());
     while (clk::now() < end) {
       auto j = Query("sessions");
       size_t ok = 0;
@@ -164,7 +174,8 @@ struct GuestView {
 };
 
 GuestView View(Lab* lab, const std::string& g) {
-  auto r = lab->Run(g, "magnet-agent view --json --wait 5", 60);
+  const Bounds& b = lab->bounds();
+  auto r = lab->Run(g, "magnet-agent view --json --wait " + std::to_string(b.Quick()), b.Work(b.Quick()));
   GuestView v;
   v.text = r.out;
   v.j = json::parse(r.out, nullptr, false);
@@ -215,7 +226,7 @@ class VcpuSampler {
         // printed with the counters): the nested lab host's clock and the
         // time a command takes to get there are not this machine's.
         auto a = clk::now();
-        auto r = h_.Sh("cut -d' ' -f1 /proc/uptime; virsh -q -c qemu:///system domstats --vcpu" + names, 30);
+        auto r = h_.Sh("cut -d' ' -f1 /proc/uptime; virsh -q -c qemu:///system domstats --vcpu" + names);
         auto at = a + (clk::now() - a) / 2;
         const double up = std::atof(r.out.c_str());
         for (const auto& g : guests_) {
@@ -302,7 +313,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
                    bool forwarded) {
   std::map<std::string, std::string> uuid, ip = {{"g1", "10.77.0.11"}, {"g2", "10.77.0.12"}};
   for (const auto& [g, r] : rate_mbit)
-    uuid[g] = Trim(h.Sh("virsh -q -c qemu:///system domuuid " + g, 20).out);
+    uuid[g] = Trim(h.Sh("virsh -q -c qemu:///system domuuid " + g).out);
   // Servers, then clients (and a CPU burner in g1, direct lab).  Long enough
   // for the frames below to fall inside the traffic even when each command
   // in a nested guest takes seconds to start.
@@ -311,9 +322,9 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   std::map<std::string, std::string> files;
   for (const auto& [g, r] : rate_mbit) {
     files[g] = "/tmp/magnet-gv-iperf-" + g + ".json";
-    ASSERT_EQ(h.Sh("rm -f " + files[g] + "; (" + server_ns + " timeout 120 iperf3 -s -1 -p " +
-                       std::to_string(port) + " -J >" + files[g] + " 2>&1 &)",
-                   20)
+    ASSERT_EQ(h.Sh("rm -f " + files[g] + "; (" + server_ns + " timeout " +
+                   std::to_string(lab->bounds().Linger(kSeconds)) + " iperf3 -s -1 -p " +
+                   std::to_string(port) + " -J >" + files[g] + " 2>&1 &)")
                   .status,
               0);
     ++port;
@@ -324,8 +335,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   for (const auto& [g, r] : rate_mbit) {
     started[g] = clk::now();
     ASSERT_EQ(lab->Run(g, "(iperf3 -c " + dst + " -p " + std::to_string(port++) + " -u -b " +
-                              std::to_string(r) + "M -l 1400 -t " + std::to_string(kSeconds) + " >/tmp/magnet-iperf.out 2>&1 &)",
-                       20)
+                              std::to_string(r) + "M -l 1400 -t " + std::to_string(kSeconds) + " >/tmp/magnet-iperf.out 2>&1 &)")
                   .status,
               0);
   }
@@ -337,7 +347,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   // to compare.  There the guests' loads differ by their traffic only.
   if (!h.nested()) {
     ASSERT_EQ(lab->Run("g1", "(timeout " + std::to_string(kSeconds + 4) +
-                                 " nice -n 19 sh -c 'while :; do :; done' &)", 20).status, 0);
+                                 " nice -n 19 sh -c 'while :; do :; done' &)").status, 0);
   }
   sleep(3);
   // The library programs: 10 frames, one a second, of three stats; the
@@ -354,8 +364,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
     auto before = clk::now();
     ASSERT_EQ(lab->Run(g, "(magnet-watch --period 1000 --count " + std::to_string(5 * kFrames) +
                               " tap.tx_bps vcpu.run vcpu.wait guest.sock_tx_bps guest.dev_tx_bps"
-                              " >/tmp/magnet-watch.out 2>&1 &)",
-                       20)
+                              " >/tmp/magnet-watch.out 2>&1 &)")
                   .status,
               0);
     c0[g] = before + (clk::now() - before) / 2;  // when it started, within half a round trip
@@ -365,11 +374,12 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   for (const auto& [g, r] : rate_mbit) view[g] = View(lab, g);
   std::map<std::string, std::string> watch;
   for (const auto& [g, r] : rate_mbit) {
-    for (int i = 0; i < 120; ++i) {
-      watch[g] = lab->Run(g, "cat /tmp/magnet-watch.out", 20).out;
-      if (WatchCentral(watch[g])["guest.dev_tx_bps"].second >= kFrames) break;
-      usleep(250000);
-    }
+    WaitFor(
+        [&] {
+          watch[g] = lab->Run(g, "cat /tmp/magnet-watch.out").out;
+          return WatchCentral(watch[g])["guest.dev_tx_bps"].second >= kFrames;
+        },
+        lab->bounds().Work(5 * kFrames), 250);  // until the program has taken all its frames
   }
   sampler.Stop();
   for (const auto& [g, r] : rate_mbit)
@@ -385,12 +395,13 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
     // Rates: iperf3's payload against the tap's packets (IP + UDP headers).
     std::string ij;
     double iperf_bps = -1;
-    for (int i = 0; i < 70 && iperf_bps < 0; ++i) {
-      if (i) sleep(1);
-      ij = h.Sh("cat " + files[g], 20).out;
-      iperf_bps = IperfReceivedBitsPerSecond(ij);
-    }
-    ASSERT_GT(iperf_bps, 1e5) << ij.substr(0, 1000) << lab->Run(g, "cat /tmp/magnet-iperf.out", 20).out;
+    WaitFor(
+        [&] {
+          ij = h.Sh("cat " + files[g]).out;
+          return (iperf_bps = IperfReceivedBitsPerSecond(ij)) >= 0;
+        },
+        lab->bounds().Work(kSeconds), 500);
+    ASSERT_GT(iperf_bps, 1e5) << ij.substr(0, 1000) << lab->Run(g, "cat /tmp/magnet-iperf.out").out;
     ASSERT_LT(Secs(started[g], c0[g]) + kFrames, kSeconds) << "the frames came after the traffic";
     // iperf3's seconds that the frames covered (each frame: the second
     // before it; the first came about when the program started).
@@ -555,12 +566,12 @@ struct Wire {
                              (rate.empty() ? std::string()
                                            : "; ip netns exec magnetlab tc qdisc add dev " + va +
                                                  " root tbf rate " + rate + " burst 32kbit limit 50000")},
-                        30);
+                        LabBounds().Quick());
     EXPECT_EQ(r.status, 0) << r.Describe();
   }
   ~Wire() {
-    RunProcess({"ip", "-n", "magnetlab", "link", "del", va}, 10);
-    RunProcess({"ip", "netns", "del", ns}, 10);
+    RunProcess({"ip", "-n", "magnetlab", "link", "del", va}, LabBounds().Quick());
+    RunProcess({"ip", "netns", "del", ns}, LabBounds().Quick());
   }
 };
 
@@ -570,7 +581,7 @@ TEST_F(GuestViewDirect, EachGuestGetsItsOwnViewOverVirtioSerial) {
   Wire w("");
   Daemon d(h, "--vsock off", "own");
   d.Start();
-  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "virtio-serial", 30), false) << d.Log();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "virtio-serial"), false) << d.Log();
   OwnViewChecks(lab(), h, d, "10.77.0.250", {{"g1", 5}, {"g2", 2}}, "ip netns exec " + w.ns, true);
 }
 
@@ -579,11 +590,12 @@ TEST_F(GuestViewDirect, EachGuestGetsItsOwnViewOverVirtioSerial) {
 TEST_F(GuestViewDirect, WithoutTheDaemonTheAgentServesTheGuestsOwnPart) {
   REQUIRE_LAB();
   HostSide h(lab(), false);
-  ASSERT_EQ(h.Sh("pidof magnet", 10).out, "") << "a daemon is running";
+  ASSERT_EQ(h.Sh("pidof magnet").out, "") << "a daemon is running";
   Wire w("");
-  ASSERT_EQ(h.Sh("(ip netns exec " + w.ns + " timeout 30 iperf3 -s -1 -p 5741 >/dev/null 2>&1 &)").status, 0);
-  ASSERT_TRUE(WaitFor([&] { return Listening(w.ns, 5741); }, 10)) << "iperf3 server in " << w.ns;
-  ASSERT_EQ(lab()->Run("g1", "(iperf3 -c 10.77.0.250 -p 5741 -u -b 3M -l 1400 -t 8 >/dev/null 2>&1 &)", 20).status, 0);
+  ASSERT_EQ(h.Sh("(ip netns exec " + w.ns + " timeout " + std::to_string(bounds().Linger(8)) +
+                 " iperf3 -s -1 -p 5741 >/dev/null 2>&1 &)").status, 0);
+  ASSERT_TRUE(WaitFor([&] { return Listening(w.ns, 5741); }, bounds().Ready())) << "iperf3 server in " << w.ns;
+  ASSERT_EQ(lab()->Run("g1", "(iperf3 -c 10.77.0.250 -p 5741 -u -b 3M -l 1400 -t 8 >/dev/null 2>&1 &)").status, 0);
   sleep(4);
   const GuestView v = View(lab(), "g1");
   ASSERT_TRUE(v.ok()) << v.text;
@@ -610,7 +622,7 @@ TEST_F(GuestViewDirect, AvailableBandwidthOnALinkWhoseCapacityTheTestSets) {
   Wire w("20mbit");
   Daemon d(h, "--vsock off --link " + w.va + "@magnetlab", "avail");
   d.Start();
-  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "virtio-serial", 30), false) << d.Log();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "virtio-serial"), false) << d.Log();
   sleep(2);
   auto alone = View(lab(), "g1");
   EXPECT_NEAR(alone.get("link.capacity_bps"), 20e6, 1) << "read from the tbf on the link";
@@ -618,33 +630,37 @@ TEST_F(GuestViewDirect, AvailableBandwidthOnALinkWhoseCapacityTheTestSets) {
   // g2 sends 7 Mbit/s of UDP through the link: 1442 bytes on the wire per
   // 1400 of payload (Ethernet, IP and UDP headers).  Each guest's library
   // program takes 6 frames meanwhile; the means are compared.
-  ASSERT_EQ(h.Sh("(ip netns exec " + w.ns + " timeout 40 iperf3 -s -1 -p 5731 -J >/tmp/magnet-gv-avail.json 2>&1 &)").status, 0);
-  ASSERT_TRUE(WaitFor([&] { return Listening(w.ns, 5731); }, 10)) << "iperf3 server in " << w.ns;
+  ASSERT_EQ(h.Sh("(ip netns exec " + w.ns + " timeout " + std::to_string(bounds().Linger(14)) +
+                 " iperf3 -s -1 -p 5731 -J >/tmp/magnet-gv-avail.json 2>&1 &)").status, 0);
+  ASSERT_TRUE(WaitFor([&] { return Listening(w.ns, 5731); }, bounds().Ready())) << "iperf3 server in " << w.ns;
   const auto started = clk::now();
-  ASSERT_EQ(lab()->Run("g2", "(iperf3 -c 10.77.0.250 -p 5731 -u -b 7M -l 1400 -t 14 >/tmp/magnet-iperf.out 2>&1 &)", 20).status, 0);
+  ASSERT_EQ(lab()->Run("g2", "(iperf3 -c 10.77.0.250 -p 5731 -u -b 7M -l 1400 -t 14 >/tmp/magnet-iperf.out 2>&1 &)").status, 0);
   sleep(3);
   const std::string stats = " link.use_bps link.available_bps link.available_err_bps";
   const double from = Secs(started, clk::now()) - 1;
   for (const char* g : {"g1", "g2"})
     ASSERT_EQ(lab()->Run(g, "(magnet-watch --period 1000 --count 18" + stats +
-                              " >/tmp/magnet-watch.out 2>&1 &)", 20).status, 0);
+                              " >/tmp/magnet-watch.out 2>&1 &)").status, 0);
   std::map<std::string, std::map<std::string, std::pair<double, int>>> m;
   std::map<std::string, std::string> out;
   for (const char* g : {"g1", "g2"})
-    for (int i = 0; i < 40; ++i) {
-      out[g] = lab()->Run(g, "cat /tmp/magnet-watch.out", 20).out;
-      m[g] = WatchCentral(out[g]);
-      if (m[g]["link.available_err_bps"].second >= 6) break;
-      usleep(250000);
-    }
+    WaitFor(
+        [&] {
+          out[g] = lab()->Run(g, "cat /tmp/magnet-watch.out").out;
+          m[g] = WatchCentral(out[g]);
+          return m[g]["link.available_err_bps"].second >= 6;
+        },
+        bounds().Work(18), 250);  // until the program has taken all its frames
   double iperf_bps = -1;
-  for (int i = 0; i < 30 && iperf_bps < 0; ++i) {
-    if (i) sleep(1);
-    auto ij = h.Sh("cat /tmp/magnet-gv-avail.json", 20).out;
-    if (IperfReceivedBitsPerSecond(ij) > 0)
-      iperf_bps = IperfCentralBitsPerSecond(ij, std::floor(from), std::ceil(from + 7));
-  }
-  ASSERT_GT(iperf_bps, 1e6) << lab()->Run("g2", "cat /tmp/magnet-iperf.out", 20).out;
+  WaitFor(
+      [&] {
+        auto ij = h.Sh("cat /tmp/magnet-gv-avail.json").out;
+        if (IperfReceivedBitsPerSecond(ij) > 0)
+          iperf_bps = IperfCentralBitsPerSecond(ij, std::floor(from), std::ceil(from + 7));
+        return iperf_bps >= 0;
+      },
+      bounds().Work(14), 500);
+  ASSERT_GT(iperf_bps, 1e6) << lab()->Run("g2", "cat /tmp/magnet-iperf.out").out;
   // What g2 put on the link, by iperf3's count over the seconds the frames
   // cover (its own pace, not the 7M asked).
   const double use = iperf_bps * 1442 / 1400;
@@ -673,7 +689,7 @@ TEST_F(GuestViewDirect, AgentsReconnectWithinTwoSecondsOfTheDaemonsReturn) {
   HostSide h(lab(), false);
   Daemon d(h, "--vsock off", "reconnect");
   d.Start();
-  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "virtio-serial", 30), false) << d.Log();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "virtio-serial"), false) << d.Log();
   ReconnectChecks(lab(), d);
 }
 
@@ -681,7 +697,7 @@ TEST_F(GuestViewDirect, AgentsReconnectWithinTwoSecondsOfTheDaemonsReturn) {
 // Nested mode: two KVM guests in the lab host, the view over vhost-vsock.
 class GuestViewNested : public LabSuite {
  protected:
-  static void SetUpTestSuite() { BringUp("nested", 2, 700); }
+  static void SetUpTestSuite() { BringUp("nested", 2); }
   static void TearDownTestSuite() { TearDownLab(); }
 };
 
@@ -690,7 +706,7 @@ TEST_F(GuestViewNested, EachGuestGetsItsOwnViewOverVsock) {
   HostSide h(lab(), true);
   Daemon d(h, "", "own");
   d.Start();
-  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock", 60), false) << d.Log();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock"), false) << d.Log();
   auto s = d.Query("sessions");
   for (const auto& x : s["sessions"]) {
     if (x.value("transport", "") == "vsock") {
@@ -708,26 +724,32 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
   HostSide h(lab(), true);
   Daemon d(h, "", "hostile");
   d.Start();
-  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock", 60), false) << d.Log();
-  const std::string g1_uuid = Trim(h.Sh("virsh -q -c qemu:///system domuuid g1", 20).out);
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock"), false) << d.Log();
+  const std::string g1_uuid = Trim(h.Sh("virsh -q -c qemu:///system domuuid g1").out);
   auto top = d.Query("top --count 1");
   std::map<std::string, unsigned> id;
   for (const auto& v : top["vms"]) id[v.value("name", "")] = v.value("vm", 0u);
   ASSERT_TRUE(id.count("g1") && id.count("g2")) << top.dump();
   // g1 is busy with traffic, and watches its own session's frames (100 ms).
-  ASSERT_EQ(h.Sh("(timeout 100 iperf3 -s -1 -p 5741 >/dev/null 2>&1 &)", 20).status, 0);
+  ASSERT_EQ(h.Sh("(timeout " + std::to_string(bounds().Linger(75)) + " iperf3 -s -1 -p 5741 >/dev/null 2>&1 &)").status, 0);
   // First 12 s without attacks: g1's own longest gap under its own load in
   // this (emulated, CPU-starved) lab host is the baseline.
   ASSERT_EQ(lab()->Run("g1", "(iperf3 -c 10.77.0.1 -p 5741 -u -b 5M -l 1400 -t 75 >/dev/null 2>&1 &); "
-                             "(magnet-adversary watch 12 100 >/tmp/base.json 2>&1 &)", 20).status, 0);
-  sleep(14);
-  auto base = json::parse(Trim(lab()->Run("g1", "cat /tmp/base.json", 20).out), nullptr, false);
-  ASSERT_TRUE(base.is_object()) << lab()->Run("g1", "cat /tmp/base.json", 20).out;
+                             "(magnet-adversary watch 12 100 >/tmp/base.json 2>&1 &)").status, 0);
+  json base;
+  WaitFor(
+      [&] {
+        base = json::parse(Trim(lab()->Run("g1", "cat /tmp/base.json").out), nullptr, false);
+        return base.is_object();
+      },
+      bounds().Work(12), 500);
+  ASSERT_TRUE(base.is_object()) << lab()->Run("g1", "cat /tmp/base.json").out;
   const double base_gap = base.value("max_gap_ms", 1e9);
-  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 45 100 >/tmp/watch.json 2>&1 &)", 20).status, 0);
+  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 45 100 >/tmp/watch.json 2>&1 &)").status, 0);
   sleep(2);
-  auto adv = [&](const std::string& args, int t = 60) {
-    auto r = lab()->Run("g2", "magnet-adversary " + args, t);
+  // @secs: how long the mode itself takes (its reads, its deadlines).
+  auto adv = [&](const std::string& args, double secs) {
+    auto r = lab()->Run("g2", "magnet-adversary " + args, bounds().Work(secs));
     auto j = json::parse(Trim(r.out), nullptr, false);
     EXPECT_TRUE(j.is_object()) << args << ": " << r.Describe();
     return j;
@@ -740,34 +762,77 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
   };
   // A hello naming g1: the host answers with g2's own session and values.
   auto g2_view = View(lab(), "g2");
-  auto forged = adv("forged-hello g1 " + g1_uuid);
+  auto forged = adv("forged-hello g1 " + g1_uuid, 3);
   EXPECT_EQ(forged.value("session", ""), g2_view.j.value("session", "?")) << forged.dump();
   const double g2_tx = forged["values"].value("tap.tx_bps", -1.0);
   EXPECT_GE(g2_tx, 0) << forged.dump();
   EXPECT_LT(g2_tx, 2e6) << "g2 is quiet; g1 sends 5 Mbit/s: these are not g1's values";
+  // The guest schema zeroes every record's vm_id (nothing in a frame names a
+  // VM, since 525f70f): a record naming any VM, g1's or g2's own, leaked one.
   for (const auto& [vm, n] : forged["record_vms"].items())
-    EXPECT_EQ(std::stoul(vm), id["g2"]) << "an event record of another VM: " << forged.dump();
-  auto bad = adv("malformed");
+    EXPECT_EQ(std::stoul(vm), 0u) << "an event record naming a VM: " << forged.dump();
+  auto bad = adv("malformed", 2);
   EXPECT_TRUE(bad.value("closed", false) && has_error(bad, 1)) << bad.dump();
-  auto big = adv("oversize");
+  auto big = adv("oversize", 2);
   EXPECT_TRUE(big.value("closed", false) && has_error(big, 1)) << big.dump();
-  auto cut = adv("truncated");
+  auto cut = adv("truncated", 4);
   EXPECT_TRUE(cut.value("closed", false) && has_error(cut, 8)) << cut.dump();
-  auto slow = adv("byte-at-a-time 150");
+  auto slow = adv("byte-at-a-time 150", 10);
   EXPECT_TRUE(slow.value("closed", false)) << slow.dump();
   EXPECT_LT(slow.value("bytes_sent", 0), slow.value("frame_bytes", 0)) << "cut off mid-frame";
-  auto flood = adv("flood");
+  auto flood = adv("flood", 3);
   EXPECT_TRUE(flood.value("closed", false) && has_error(flood, 6)) << flood.dump();
-  auto churn = adv("churn 1000", 120);
-  EXPECT_EQ(churn.value("connected", 0) + churn.value("refused", 0), 1000) << churn.dump();
-  auto deaf = adv("never-read 12", 60);
+  // Connection churn.  1000 connects as fast as the nested g2 could make
+  // them reset g2 itself in a CI run, 3 attempts of 4 (a triple fault
+  // under the emulated nested SVM, not the daemon: docs/lab.md,
+  // "Connection churn"); 1000 at up to 60 a second, its full speed on a
+  // loaded machine, it survived in all 11 runs there.  So g2 churns at
+  // most 50 a second (bursts of 10, 0.2 s apart), while the lab host
+  // churns at full speed from four connectors at once over vsock loopback
+  // (CID 1, which the daemon refuses): the daemon answers every connect of
+  // each, and g1 keeps its period.
+  const int kHostChurners = 4, kHostChurn = 250, kGuestBursts = 20, kGuestBurst = 10;
+  ASSERT_EQ(h.Sh("rm -f /tmp/magnet-gv-churn.*; for i in $(seq " + std::to_string(kHostChurners) +
+                 "); do (/mnt/magnetbuild/guest/magnet-adversary --cid 1 churn " + std::to_string(kHostChurn) +
+                 " >/tmp/magnet-gv-churn.$i 2>&1 &); done")
+                .status,
+            0);
+  auto g2_churn = lab()->Run("g2", "for i in $(seq " + std::to_string(kGuestBursts) + "); do magnet-adversary churn " +
+                                       std::to_string(kGuestBurst) + "; sleep 0.2; done",
+                             bounds().Work(kGuestBursts * 0.2));
+  // Every connect answered (accepted or refused), none left hanging.
+  auto answered = [](const std::string& out) {
+    long n = 0;
+    for (const auto& l : SplitLines(out)) {
+      auto j = json::parse(l, nullptr, false);
+      if (j.is_object()) n += j.value("connected", 0) + j.value("refused", 0);
+    }
+    return n;
+  };
+  EXPECT_EQ(answered(g2_churn.out), kGuestBursts * kGuestBurst) << g2_churn.Describe();
+  std::string host_churn;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        host_churn = h.Sh("cat /tmp/magnet-gv-churn.*").out;
+        return SplitLines(host_churn).size() >= static_cast<size_t>(kHostChurners);
+      },
+      bounds().Work(kGuestBursts * 0.2), 500))
+      << host_churn;
+  EXPECT_EQ(answered(host_churn), kHostChurners * kHostChurn) << host_churn;
+  auto deaf = adv("never-read 12", 12);
   EXPECT_TRUE(deaf.value("closed", false)) << "a reader that never reads is cut off: " << deaf.dump();
   // The host itself over vsock loopback, and this machine's own CID.
-  auto loop = h.Sh("echo x | timeout 5 socat -T 3 - VSOCK-CONNECT:1:5300 | head -c 200 | od -c | head -3; true", 30);
-  // g1 kept its period throughout.
-  sleep(14);
-  auto w = json::parse(Trim(lab()->Run("g1", "cat /tmp/watch.json", 20).out), nullptr, false);
-  ASSERT_TRUE(w.is_object()) << lab()->Run("g1", "cat /tmp/watch.json", 20).out;
+  auto loop = h.Sh("echo x | socat -T " + std::to_string(bounds().Quick()) +
+                   " - VSOCK-CONNECT:1:5300 | head -c 200 | od -c | head -3; true");
+  // g1 kept its period throughout (its watch ends 45 s after it began).
+  json w;
+  WaitFor(
+      [&] {
+        w = json::parse(Trim(lab()->Run("g1", "cat /tmp/watch.json").out), nullptr, false);
+        return w.is_object();
+      },
+      bounds().Work(45), 500);
+  ASSERT_TRUE(w.is_object()) << lab()->Run("g1", "cat /tmp/watch.json").out;
   EXPECT_FALSE(w.value("closed", true));
   EXPECT_GT(w.value("frames", 0), 350);
   // g1's pace: its 99th percentile gap within two periods, or twice its
@@ -811,7 +876,7 @@ TEST_F(GuestViewNested, LabHostLibvirtdRestartedUnderTheDaemon) {
   HostSide h(lab(), true);
   Daemon d(h, "", "libvirtd");
   d.Start();
-  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock", 60), false) << d.Log();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock"), false) << d.Log();
   auto ids = [&] {
     std::map<std::string, unsigned> id;
     auto top = d.Query("top --count 1");
@@ -823,29 +888,29 @@ TEST_F(GuestViewNested, LabHostLibvirtdRestartedUnderTheDaemon) {
   ASSERT_TRUE(before.count("g1") && before.count("g2")) << d.Query("top --count 1").dump();
   const double gaps = View(lab(), "g1").get("host.gaps");
   // g1's own session's frames, watched across the restart (100 ms period).
-  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 40 100 >/tmp/lv.json 2>&1 &)", 20).status, 0);
+  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 40 100 >/tmp/lv.json 2>&1 &)").status, 0);
   sleep(3);
-  auto r = lab()->Lab_({"restart-libvirtd"}, 180);
+  auto r = lab()->Lab_({"restart-libvirtd"}, bounds().Domain() + bounds().Quick());
   ASSERT_EQ(r.status, 0) << r.Describe();
   EXPECT_TRUE(WaitFor(
       [&] {
         auto top = d.Query("top --count 1");
         return top.is_object() && top.value("libvirt", false) && ids() == before;
       },
-      60))
+      bounds().Ready()))
       << d.Query("top --count 1").dump() << d.Log();
   const std::string log = d.Log();
   EXPECT_NE(log.find("[registry.lost]"), std::string::npos) << "the loss of libvirt is logged\n" << log;
-  EXPECT_TRUE(d.WaitSessions({"g1", "g2"}, "vsock", 10)) << d.Query("sessions").dump();
+  EXPECT_TRUE(d.WaitSessions({"g1", "g2"}, "vsock")) << d.Query("sessions").dump();
   // The watch ends 40 s after it began; what it saw across the restart.
   json w;
   ASSERT_TRUE(WaitFor(
       [&] {
-        w = json::parse(Trim(lab()->Run("g1", "cat /tmp/lv.json", 20).out), nullptr, false);
+        w = json::parse(Trim(lab()->Run("g1", "cat /tmp/lv.json").out), nullptr, false);
         return w.is_object();
       },
-      60))
-      << lab()->Run("g1", "cat /tmp/lv.json", 20).out;
+      bounds().Work(40), 500))
+      << lab()->Run("g1", "cat /tmp/lv.json").out;
   EXPECT_FALSE(w.value("closed", true)) << w.dump() << "\n" << d.Log();
   EXPECT_GT(w.value("frames", 0), 250) << w.dump();
   // A second at most between two frames: an emulated lab host stalls its
@@ -865,7 +930,7 @@ TEST_F(GuestViewNested, AgentsReconnectWithinTwoSecondsOfTheDaemonsReturn) {
   HostSide h(lab(), true);
   Daemon d(h, "", "reconnect");
   d.Start();
-  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock", 60), false) << d.Log();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock"), false) << d.Log();
   ReconnectChecks(lab(), d);
 }
 

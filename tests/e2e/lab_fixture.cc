@@ -173,6 +173,43 @@ std::string Trim(const std::string& s) {
 }
 
 // ------------------------------------------------------------------------------------------
+Bounds::Bounds(bool nested, double factor) : nested_(nested), factor_(std::clamp(factor, 1.0, 4.0)) {}
+
+int Bounds::Scale(double direct_s, double nested_s) const {
+  return static_cast<int>(std::ceil((nested_ ? nested_s : direct_s) * factor_));
+}
+
+// The seconds of work themselves do not stretch on a slow lab (iperf3 -t and sleep keep the
+// wall clock); what comes around them does.
+int Bounds::Work(double secs) const { return static_cast<int>(std::ceil(secs)) + Quick(); }
+
+std::string Bounds::Describe() const {
+  std::ostringstream o;
+  o << (nested_ ? "nested" : "direct") << " lab, speed factor " << factor_ << ": quick " << Quick()
+    << " s, work N s + " << Quick() << " s, ready " << Ready() << " s, crunch " << Crunch()
+    << " s, domain " << Domain() << " s, linger N s + " << Linger(0) << " s, logs " << Logs()
+    << " s, down " << Down() << " s";
+  return o.str();
+}
+
+std::string Bounds::Table() const {
+  std::ostringstream o;
+  o << "quick " << Quick() << "\nready " << Ready() << "\ncrunch " << Crunch() << "\ndomain " << Domain()
+    << "\ntest " << Test() << "\nlogs " << Logs() << "\ndown " << Down() << "\nwork0 " << Work(0)
+    << "\nlinger0 " << Linger(0) << "\n";
+  return o.str();
+}
+
+int UpBound(const std::string& mode, int guests) {
+  // tools/lab's defaults (docs/lab.md): libvirtd 60 s, each guest's readiness 60 s (direct) or
+  // up to 4 x 90 s + 30 s (nested, one after the other, scaled by the lab host's own readiness),
+  // the lab host 120 s, 2 retries of a nested up; and 120 s for the images and the teardown of a
+  // failed attempt.
+  if (mode == "nested") return 3 * (120 + 60 + 60 + guests * (4 * 90 + 30)) + 120;
+  return 60 + guests * 60 + 120;
+}
+
+// ------------------------------------------------------------------------------------------
 Lab::Lab(std::string mode, std::string state_dir, std::map<std::string, std::string> env)
     : mode_(std::move(mode)), state_dir_(std::move(state_dir)), env_(std::move(env)) {}
 
@@ -191,18 +228,58 @@ ProcResult Lab::Lab_(const std::vector<std::string>& args, int timeout_s) const 
   return RunProcess(argv, timeout_s, Env());
 }
 
-ProcResult Lab::Up(int guests, int timeout_s) const {
+ProcResult Lab::Up(int guests) {
   // Generous grace: on timeout 'tools/lab up' gets SIGTERM and tears the lab down itself.
   std::vector<std::string> argv = {"bash", SourceDir() + "/tools/lab", "up", std::to_string(guests)};
-  return RunProcess(argv, timeout_s, Env(), 120);
+  bounds_ = Bounds(mode_ == "nested", 1);
+  auto r = RunProcess(argv, UpBound(mode_, guests), Env(), bounds_.Down());
+  if (r.status != 0) return r;
+  const std::string why = ReadBounds();
+  if (!why.empty()) {
+    r.status = 1;
+    r.err += why;
+  }
+  return r;
 }
 
-ProcResult Lab::Down() const { return Lab_({"down"}, 180); }
+std::string Lab::ReadBounds() {
+  // "factor=F roundtrip_ms=..." (tools/lab.d/lab-lib.sh, lab_speed_measure).
+  const std::string speed = ReadFileText(state_dir_ + "/speed");
+  std::smatch m;
+  if (!std::regex_search(speed, m, std::regex(R"(factor=([0-9.]+))")))
+    return "[e2e] no speed factor in " + state_dir_ + "/speed ('" + speed + "')\n";
+  bounds_ = Bounds(mode_ == "nested", std::stod(m[1]));
+  std::printf("[e2e] bounds: %s (%s)\n", bounds_.Describe().c_str(), Trim(speed).c_str());
+  // The shell tests' bounds are the same table (one set of bounds, two languages).
+  auto shell = Lab_({"bounds"}, bounds_.Quick());
+  if (shell.out != bounds_.Table())
+    return "[e2e] `tools/lab bounds` differs from lab_fixture's Bounds (keep the two tables equal):\n" +
+           shell.out + "--- lab_fixture ---\n" + bounds_.Table();
+  return "";
+}
+
+std::string Lab::Attach(int guests) {
+  if (Trim(ReadFileText(state_dir_ + "/mode")) != mode_ || Trim(ReadFileText(state_dir_ + "/up")) != "1")
+    return "no " + mode_ + " lab is up in " + state_dir_;
+  std::string why = ReadBounds();
+  if (!why.empty()) return why;
+  for (int i = 1; i <= guests; ++i) {
+    const std::string g = "g" + std::to_string(i);
+    auto r = Run(g, "true");
+    if (r.status != 0) return g + " of the lab in " + state_dir_ + " does not answer: " + r.Describe();
+  }
+  return "";
+}
+
+ProcResult Lab::Down() const { return Lab_({"down"}, bounds_.Down()); }
 
 ProcResult Lab::Run(const std::string& guest, const std::string& cmd, int timeout_s) const {
-  auto r = Lab_({"run-timeout", guest, std::to_string(timeout_s), cmd}, timeout_s + 60);
-  // tools/lab bounds the command itself (timeout_s + 10 s): past the extra
-  // minute the client hung, which no caller expects; say where.
+  if (timeout_s <= 0) timeout_s = bounds_.Quick();
+  // tools/lab ends a run itself within timeout_s + 27 s (docs/lab.md: its
+  // deadline of timeout_s + 10 s, in nested mode behind the lab host's +15 s,
+  // and socat's +2 s): a quick step past that means the client hung, which
+  // no caller expects; say where.
+  auto r = Lab_({"run-timeout", guest, std::to_string(timeout_s), cmd}, timeout_s + 27 + bounds_.Quick());
   // So does a failure of the control channel itself ("[lab] ERROR"), which
   // callers that only check the command's status would not show.
   if (r.timed_out || r.err.find("[lab] ERROR") != std::string::npos)
@@ -212,7 +289,7 @@ ProcResult Lab::Run(const std::string& guest, const std::string& cmd, int timeou
 }
 
 std::string Lab::CollectLogs(const std::string& dest) const {
-  Lab_({"logs", dest}, 120);
+  Lab_({"logs", dest}, bounds_.Logs());
   return dest;
 }
 
@@ -224,7 +301,7 @@ std::string Lab::Console(const std::string& guest) const {
     return s.str();
   }
   if (mode_ == "nested") {
-    return Run("labhost", "cat /run/magnet-lab/guests/" + guest + "/console.log", 10).out;
+    return Run("labhost", "cat /run/magnet-lab/guests/" + guest + "/console.log").out;
   }
   std::ifstream f(state_dir_ + "/guests/" + guest + "/console.log");
   std::stringstream s;
@@ -317,17 +394,33 @@ void UnregisterEmergencyTeardown(const Lab& lab) {
 Lab* LabSuite::lab_ = nullptr;
 std::string LabSuite::up_error_;
 std::vector<std::string> LabSuite::guests_;
-int LabSuite::up_timeout_s_ = 0;
+bool LabSuite::shared_ = false;
 
-void LabSuite::BringUp(const std::string& mode, int guests, int timeout_s) {
+const Bounds& LabBounds() {
+  static const Bounds none;
+  return LabSuite::lab_ ? LabSuite::lab_->bounds() : none;
+}
+
+void LabSuite::BringUp(const std::string& mode, int guests) {
   up_error_.clear();
   guests_.clear();
-  up_timeout_s_ = timeout_s;
   for (int i = 1; i <= guests; ++i) guests_.push_back("g" + std::to_string(i));
+  // tools/test's one direct lab for the direct suites (docs/lab.md): used as it is, left up.
+  const char* shared = getenv("MAGNET_E2E_SHARED_LAB");
+  shared_ = mode == "direct" && shared && *shared;
+  if (shared_) {
+    lab_ = new Lab(mode, shared);
+    const std::string why = lab_->Attach(guests);
+    std::cout << "[e2e] the shared " << mode << " lab in " << shared << ": "
+              << (why.empty() ? "every guest answers" : why) << "\n"
+              << std::flush;
+    if (!why.empty()) up_error_ = "the shared direct lab (tools/test) is not usable: " + why;
+    return;
+  }
   lab_ = new Lab(mode, "/run/magnet-lab-e2e-" + mode);
   RegisterForEmergencyTeardown(*lab_);
   lab_->Down();  // leftovers of a killed run
-  auto r = lab_->Up(guests, timeout_s);
+  auto r = lab_->Up(guests);
   std::cout << "[e2e] lab up (" << mode << ", " << guests << " guests): exit " << r.status
             << " in " << r.seconds << " s\n"
             << r.err << std::flush;
@@ -336,6 +429,11 @@ void LabSuite::BringUp(const std::string& mode, int guests, int timeout_s) {
 
 void LabSuite::TearDownLab() {
   if (!lab_) return;
+  if (shared_) {  // its owner, tools/test, tears it down
+    delete lab_;
+    lab_ = nullptr;
+    return;
+  }
   auto r = lab_->Down();
   std::cout << "[e2e] lab down: exit " << r.status << " in " << r.seconds << " s\n" << std::flush;
   UnregisterEmergencyTeardown(*lab_);
@@ -344,22 +442,26 @@ void LabSuite::TearDownLab() {
 }
 
 std::string LabSuite::NestedLabGone() {
-  auto host = lab_->Run("labhost", "true", 20);
+  auto host = lab_->Run("labhost", "true");
   if (host.status != 0) {
+    // A lab host whose vCPUs spin with interrupts off says nothing itself: tools/lab looks (its
+    // QEMU's monitor) and writes it to the console log.
+    lab_->Lab_({"labhost-lockup"}, lab_->bounds().Quick());
     // How it ended, as the lab host's console (or the lab's watcher of its QEMU) says.
     static const std::regex death(
-        R"(Kernel panic|BUG:|stack guard page|magnet-lab: the lab host QEMU ended without being stopped)");
+        R"(Kernel panic|BUG:|stack guard page|magnet-lab: the lab host QEMU ended without being stopped|)"
+        R"(magnet-lab: the lab host locked up)");
     std::string why = "the lab host does not answer (" + host.Describe() + ")";
     for (const auto& line : SplitLines(ReadFileText(lab_->state_dir() + "/labhost/console.log")))
       if (std::regex_search(line, death)) return why + ": " + Trim(line);
     return why;
   }
   for (const auto& g : guests_) {
-    auto r = lab_->Run(g, "true", 30);
+    auto r = lab_->Run(g, "true");
     if (r.status == 0) continue;
     // A guest the emulated nested SVM reset: its QEMU's SHUTDOWN event in the lab host.
     auto ev = lab_->Run("labhost",
-                        "grep -a \"for domain '" + g + "'\" /run/magnet-lab/logs/qemu-events.log | tail -n 1", 20);
+                        "grep -a \"for domain '" + g + "'\" /run/magnet-lab/logs/qemu-events.log | tail -n 1");
     return g + " does not answer (" + Trim(r.Describe()) + ")" +
            (Trim(ev.out).empty() ? "" : "; its last QEMU event: " + Trim(ev.out));
   }
@@ -378,7 +480,7 @@ void LabSuite::SetUp() {
             << ": " << why << "; its logs: " << dest << "; bringing it up again\n"
             << std::flush;
   lab_->Down();
-  auto r = lab_->Up(static_cast<int>(guests_.size()), up_timeout_s_);
+  auto r = lab_->Up(static_cast<int>(guests_.size()));
   std::cout << "[e2e] lab up again (nested, " << guests_.size() << " guests): exit " << r.status << " in "
             << r.seconds << " s\n"
             << r.err << std::flush;
@@ -392,6 +494,10 @@ void LabSuite::TearDown() {
     std::cout << "[e2e] lab did not come up; its logs: " << lab_->Env()["MAGNET_LAB_FAIL_LOGS"] << "\n";
     return;
   }
+  // A nested lab host that locked up is written to its console log before the logs are kept,
+  // where tools/test looks for a death under this test.
+  if (lab_->mode() == "nested" && lab_->Run("labhost", "true").status != 0)
+    lab_->Lab_({"labhost-lockup"}, lab_->bounds().Quick());
   auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string dest = ArtifactDir(std::string(info->test_suite_name()) + "." + info->name());
   lab_->CollectLogs(dest);
@@ -512,12 +618,13 @@ bool WaitFor(const std::function<bool()>& cond, double timeout_s, int step_ms) {
 }
 
 bool Listening(const std::string& ns, int port) {
-  auto r = RunProcess({"ip", "netns", "exec", ns, "ss", "-Hltn", "sport = :" + std::to_string(port)}, 10);
+  auto r = RunProcess({"ip", "netns", "exec", ns, "ss", "-Hltn", "sport = :" + std::to_string(port)},
+                      LabBounds().Quick());
   return r.status == 0 && !Trim(r.out).empty();
 }
 
 Background::Background(const std::string& cmd, const std::string& out) {
-  auto r = RunProcess({"sh", "-c", cmd + " >" + out + " 2>&1 </dev/null & echo $!"}, 10);
+  auto r = RunProcess({"sh", "-c", cmd + " >" + out + " 2>&1 </dev/null & echo $!"}, LabBounds().Quick());
   EXPECT_EQ(r.status, 0) << r.Describe();
   pid_ = std::atoi(Trim(r.out).c_str());
   EXPECT_GT(pid_, 0) << r.Describe();
@@ -528,14 +635,14 @@ bool Background::Running() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
 void Background::Stop() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGTERM);
-  if (!WaitFor([&] { return !Running(); }, 10, 100)) ::kill(pid_, SIGKILL);
+  if (!WaitFor([&] { return !Running(); }, LabBounds().Quick(), 50)) ::kill(pid_, SIGKILL);
   pid_ = -1;
 }
 
 void Background::Kill() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);
-  WaitFor([&] { return !Running(); }, 10, 50);
+  WaitFor([&] { return !Running(); }, LabBounds().Quick(), 50);
   pid_ = -1;
 }
 

@@ -90,12 +90,12 @@ double ValueOf(const json& result, const std::string& domain) {
 }
 
 // The port a daemon started with `--http 127.0.0.1:0` bound: group 1 of
-// @re in its log at @path, once the line is there; -1 after 30 s.
+// @re in its log at @path, once the line is there; -1 after a readiness bound.
 int LoggedPort(const std::string& path, const std::string& re) {
   std::smatch m;
   std::string log;
   const std::regex line(re);
-  if (!WaitFor([&] { return std::regex_search(log = ReadFileText(path), m, line); }, 30)) return -1;
+  if (!WaitFor([&] { return std::regex_search(log = ReadFileText(path), m, line); }, LabBounds().Ready())) return -1;
   return std::stoi(m[1]);
 }
 
@@ -103,14 +103,16 @@ TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
   const std::string art = ArtifactDir("MetricsDirect.Prometheus");
   const std::string magnet = BuildDir() + "/host/magnet";
   const std::string sock = "/tmp/magnet-e2e-metrics-" + std::to_string(getpid()) + ".sock";
-  Background daemon(magnet + " -v host --socket " + sock + " --http 127.0.0.1:0 --duration 300", art + "/host.log");
+  Background daemon(magnet + " -v host --socket " + sock + " --http 127.0.0.1:0 --duration " +
+                        std::to_string(bounds().Test()),
+                    art + "/host.log");
   const int port = LoggedPort(art + "/host.log", R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/)");
   ASSERT_GT(port, 0) << ReadFileText(art + "/host.log");
 
   // The lab's domains and UUIDs, from libvirt.
   std::map<std::string, std::string> uuid;
   for (const std::string g : {"g1", "g2"}) {
-    auto r = RunProcess({"virsh", "-c", "qemu:///system", "domuuid", g}, 20);
+    auto r = RunProcess({"virsh", "-c", "qemu:///system", "domuuid", g}, bounds().Quick());
     ASSERT_EQ(r.status, 0) << r.Describe();
     uuid[g] = Trim(r.out);
     ASSERT_EQ(uuid[g].size(), 36u) << r.out;
@@ -124,7 +126,7 @@ TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
           if (page.find("magnet_vm_info{domain=\"" + g + "\",uuid=\"" + u + "\"") == std::string::npos) return false;
         return true;
       },
-      30))
+      bounds().Ready()))
       << page.substr(0, 3000);
 
   // Prometheus, scraping every second; ended by PID however the test ends.
@@ -139,9 +141,9 @@ TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
   Background prom("prometheus --config.file=" + art + "/prometheus.yml --storage.tsdb.path=" + tsdb +
                       " --web.listen-address=127.0.0.1:" + std::to_string(pport),
                   art + "/prometheus.log");
-  ASSERT_TRUE(WaitFor([&] { return test::http_get(pport, "/-/ready").first == 200; }, 60))
+  ASSERT_TRUE(WaitFor([&] { return test::http_get(pport, "/-/ready").first == 200; }, bounds().Ready()))
       << ReadFileText(art + "/prometheus.log").substr(0, 3000);
-  ASSERT_TRUE(WaitFor([&] { return ValueOf(Query(pport, "magnet_vm_info", Now()), "g1") == 1; }, 20))
+  ASSERT_TRUE(WaitFor([&] { return ValueOf(Query(pport, "magnet_vm_info", Now()), "g1") == 1; }, bounds().Ready()))
       << "Prometheus has no magnet_vm_info for g1: " << ReadFileText(art + "/prometheus.log").substr(0, 3000);
   {
     auto up = Query(pport, "up{job=\"magnet\"}", Now());
@@ -157,23 +159,25 @@ TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
     std::string json;
   };
   std::vector<guest> gs = {{"g1", 5621, "20M", ""}, {"g2", 5622, "5M", ""}};
+  const double seconds = 20;
   std::vector<std::unique_ptr<Background>> servers;
   for (auto& g : gs) {
     g.json = art + "/iperf-" + g.name + ".json";
     ::unlink(g.json.c_str());
-    servers.push_back(std::make_unique<Background>(
-        "ip netns exec magnetlab timeout 60 iperf3 -s -1 -B 10.77.0.1 -p " + std::to_string(g.port) + " -J",
-        g.json));
-    ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", g.port); }, 10)) << "iperf3 server on " << g.port;
+    servers.push_back(std::make_unique<Background>("ip netns exec magnetlab timeout " +
+                                                       std::to_string(bounds().Linger(seconds)) +
+                                                       " iperf3 -s -1 -B 10.77.0.1 -p " + std::to_string(g.port) + " -J",
+                                                   g.json));
+    ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", g.port); }, bounds().Ready()))
+        << "iperf3 server on " << g.port;
   }
-  const double seconds = 20;
   usleep(2500000);  // two scrapes of the counters before the traffic
   const double t_before = Now();
   auto client = [&](const guest& g) {
     return lab()->Run(g.name, "iperf3 -c 10.77.0.1 -p " + std::to_string(g.port) + " -u -b " + g.rate +
                                   " -l 1400 -t " + std::to_string(static_cast<int>(seconds)) +
                                   " >/dev/null 2>&1; echo rc=$?",
-                      90);
+                      bounds().Work(seconds));
   };
   const double t_start = Now();
   auto second = std::async(std::launch::async, client, gs[1]);
@@ -203,7 +207,7 @@ TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
     json ip;
     ASSERT_TRUE(WaitFor([&] { return !(ip = json::parse(ReadFileText(g.json), nullptr, false)).is_discarded() &&
                                      ip.contains("end"); },
-                        20))
+                        bounds().Quick()))
         << ReadFileText(g.json).substr(0, 2000);
     const double iperf_bytes = ip["end"]["sum_received"]["bytes"].get<double>();
     ASSERT_GT(iperf_bytes, 1e6) << ip.dump().substr(0, 2000);
@@ -263,7 +267,7 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
   // The lab's domains and UUIDs, from libvirt.
   std::map<std::string, std::string> uuid;
   for (const std::string g : {"g1", "g2"}) {
-    auto r = RunProcess({"virsh", "-c", "qemu:///system", "domuuid", g}, 20);
+    auto r = RunProcess({"virsh", "-c", "qemu:///system", "domuuid", g}, bounds().Quick());
     ASSERT_EQ(r.status, 0) << r.Describe();
     uuid[g] = Trim(r.out);
     ASSERT_EQ(uuid[g].size(), 36u) << r.out;
@@ -285,15 +289,15 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
   // One stream event per tick (100 ms): the page is at most a tick behind
   // `magnet top`, which the comparison below relies on.
   Background daemon(magnet + " -v host --socket " + sock + " --http 127.0.0.1:0 --http-tokens " + tokens +
-                        " --http-stream-interval 100ms --duration 400",
+                        " --http-stream-interval 100ms --duration " + std::to_string(bounds().Test()),
                     art + "/host.log");
   const int port = LoggedPort(art + "/host.log", R"(\[http\] dashboard on http://127\.0\.0\.1:(\d+)/ )");
   ASSERT_GT(port, 0) << ReadFileText(art + "/host.log");
   ASSERT_TRUE(WaitFor([&] {
-    auto r = RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, 10);
+    auto r = RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, bounds().Quick());
     auto j = json::parse(r.out, nullptr, false);
     return !j.is_discarded() && j["vms"].size() == 2;
-  }, 30)) << "the daemon does not know both guests";
+  }, bounds().Ready())) << "the daemon does not know both guests";
 
   // UDP from each guest at its own rate, for longer than the browser needs.
   struct guest {
@@ -302,29 +306,32 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
     const char* rate;
   };
   const std::vector<guest> gs = {{"g1", 5631, "20M"}, {"g2", 5632, "5M"}};
+  const int seconds = 60;
   std::vector<std::unique_ptr<Background>> servers;
   for (const auto& g : gs) {
-    servers.push_back(std::make_unique<Background>(
-        "ip netns exec magnetlab timeout 150 iperf3 -s -1 -B 10.77.0.1 -p " + std::to_string(g.port),
-        art + "/iperf-server-" + g.name + ".log"));
-    ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", g.port); }, 10)) << "iperf3 server on " << g.port;
+    servers.push_back(std::make_unique<Background>("ip netns exec magnetlab timeout " +
+                                                       std::to_string(bounds().Linger(seconds)) +
+                                                       " iperf3 -s -1 -B 10.77.0.1 -p " + std::to_string(g.port),
+                                                   art + "/iperf-server-" + g.name + ".log"));
+    ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", g.port); }, bounds().Ready()))
+        << "iperf3 server on " << g.port;
   }
   std::vector<std::future<ProcResult>> clients;
   for (const auto& g : gs)
     clients.push_back(std::async(std::launch::async, [&, g] {
       return lab()->Run(g.name, "iperf3 -c 10.77.0.1 -p " + std::to_string(g.port) + " -u -b " + g.rate +
-                                    " -l 1400 -t 60 >/dev/null 2>&1; echo rc=$?",
-                        150);
+                                    " -l 1400 -t " + std::to_string(seconds) + " >/dev/null 2>&1; echo rc=$?",
+                        bounds().Work(seconds));
     }));
   // Traffic seen by the daemon on both taps before the browser opens.
   ASSERT_TRUE(WaitFor([&] {
-    auto r = RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, 10);
+    auto r = RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, bounds().Quick());
     auto j = json::parse(r.out, nullptr, false);
     if (j.is_discarded()) return false;
     int busy = 0;
     for (const auto& v : j["vms"]) busy += v.value("tx_mbps", 0.0) > 1;
     return busy == 2;
-  }, 60)) << "no traffic from both guests";
+  }, bounds().Ready())) << "no traffic from both guests";
 
   json cfg = {{"url", "http://127.0.0.1:" + std::to_string(port)},
               {"operator_token", op},
@@ -337,10 +344,13 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
               {"socket", sock},
               {"out_dir", art},
               {"snapshots", 7},
-              {"need_traffic", true}};
+              {"need_traffic", true},
+              {"quick_s", bounds().Quick()},
+              {"ready_s", bounds().Ready()}};
   std::ofstream(art + "/browser-config.json", std::ios::trunc) << cfg.dump(1);
+  // The browser's snapshots fall within the traffic's seconds; starting chromium is the crunch.
   auto b = RunProcess({"node", SourceDir() + "/tests/e2e/browser/dashboard_check.cjs", art + "/browser-config.json"},
-                      240, {{"NODE_PATH", modules}});
+                      bounds().Work(seconds) + bounds().Crunch(), {{"NODE_PATH", modules}});
   std::ofstream(art + "/browser.log", std::ios::trunc) << b.out << b.err;
   const json res = json::parse(ReadFileText(art + "/dashboard-result.json"), nullptr, false);
   ASSERT_EQ(b.status, 0) << b.Describe() << "\n" << (res.is_discarded() ? "" : res.value("failure", ""));

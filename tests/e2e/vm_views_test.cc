@@ -134,14 +134,15 @@ TEST_F(VmAwarenessDirect, RegistryMapsTheRunningDomainsToTheirProcessThreadsAndT
   }
 }
 
-// magnet host in the background, bounded by its own --duration and ended
-// by PID (waiting for its exit) when the test ends, however it ends; the
-// constructor waits until the registry knows every lab guest.
+// magnet host in the background, ended by PID (waiting for its exit) when
+// the test ends, however it ends (its own --duration, @duration_s or a whole
+// test's bound, only ends one a dead test left behind); the constructor
+// waits until the registry knows every lab guest.
 struct daemon_run {
   std::string magnet, sock, log, top;
   std::unique_ptr<Background> proc;
   daemon_run(const std::string& magnet_bin, const std::string& name, const std::string& extra = "",
-             int duration_s = 120)
+             int duration_s = LabBounds().Test())
       : magnet(magnet_bin) {
     sock = "/tmp/magnet-e2e-" + name + "-" + std::to_string(getpid()) + ".sock";
     log = ArtifactDir(::testing::UnitTest::GetInstance()->current_test_suite()->name() +
@@ -159,16 +160,16 @@ struct daemon_run {
           top = r.out;
           return true;
         },
-        15);
+        LabBounds().Ready());
   }
   ProcResult Top() const {
-    return RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, 10);
+    return RunProcess({magnet, "top", "--socket", sock, "--json", "--count", "1"}, LabBounds().Quick());
   }
   ProcResult Query(const std::string& what, const std::string& arg = "") const {
     std::vector<std::string> argv = {magnet, what};
     if (!arg.empty()) argv.push_back(arg);
     for (const char* a : {"--socket", sock.c_str(), "--json"}) argv.push_back(a);
-    return RunProcess(argv, 10);
+    return RunProcess(argv, LabBounds().Quick());
   }
   // A VM's row of a `magnet top --json` reply (null when absent).
   nlohmann::json TopRow(const std::string& name) const {
@@ -180,12 +181,12 @@ struct daemon_run {
     return nullptr;
   }
   ProcResult Views(const std::string& vm) const {
-    return RunProcess({magnet, "views", "--vm", vm, "--socket", sock, "--json"}, 10);
+    return RunProcess({magnet, "views", "--vm", vm, "--socket", sock, "--json"}, LabBounds().Quick());
   }
   // The VM's views once its records have stopped arriving: two replies in a
   // row (0.5 s apart) with the same number of records per view; bounded by
-  // @timeout_s (then the last reply).  Fails the test when no reply parses.
-  nlohmann::json SettledViews(const std::string& vm, double timeout_s = 15) const {
+  // a quick step (then the last reply).  Fails the test when no reply parses.
+  nlohmann::json SettledViews(const std::string& vm) const {
     nlohmann::json last;
     std::vector<uint64_t> prev;
     WaitFor(
@@ -201,7 +202,7 @@ struct daemon_run {
           prev = counts;
           return same;
         },
-        timeout_s, 500);
+        LabBounds().Quick(), 500);
     EXPECT_FALSE(last.is_null()) << "no views reply for " << vm << " from the daemon";
     return last.is_null() ? nlohmann::json::array() : last;
   }
@@ -249,15 +250,16 @@ TEST_F(VmAwarenessDirect, DaemonPerVmViewsMatchIperf3AndHoldOnlyThatVmsFlows) {
     g.json = "/tmp/magnet-e2e-iperf-" + g.name + "-" + std::to_string(getpid()) + ".json";
     ::unlink(g.json.c_str());
     servers.push_back(std::make_unique<Background>(
-        "ip netns exec magnetlab timeout 40 iperf3 -s -1 -B 10.77.0.1 -p " + std::to_string(g.port) + " -J",
+        "ip netns exec magnetlab timeout " + std::to_string(bounds().Linger(5)) + " iperf3 -s -1 -B 10.77.0.1 -p " +
+            std::to_string(g.port) + " -J",
         g.json));
-    ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", g.port); }, 10))
+    ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", g.port); }, bounds().Ready()))
         << "iperf3 server on port " << g.port;
   }
   auto client = [&](const guest& g) {
     return lab()->Run(g.name, "iperf3 -c 10.77.0.1 -p " + std::to_string(g.port) + " -u -b " + g.rate +
                                   " -l 1400 -t 5 >/dev/null 2>&1; echo rc=$?",
-                      60);
+                      bounds().Work(5));
   };
   auto second = std::async(std::launch::async, client, gs[1]);
   auto first = client(gs[0]);
@@ -268,7 +270,7 @@ TEST_F(VmAwarenessDirect, DaemonPerVmViewsMatchIperf3AndHoldOnlyThatVmsFlows) {
   for (auto& g : gs) {
     SCOPED_TRACE(g.name);
     double iperf_bps = -1;
-    WaitFor([&] { return (iperf_bps = IperfReceivedBitsPerSecond(ReadFileText(g.json))) > 0; }, 10);
+    WaitFor([&] { return (iperf_bps = IperfReceivedBitsPerSecond(ReadFileText(g.json))) > 0; }, bounds().Quick());
     ASSERT_GT(iperf_bps, 1e6) << ReadFileText(g.json).substr(0, 2000);
 
     auto views = d.SettledViews(g.name);
@@ -307,16 +309,17 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   // on it next to the default ones: the default "drops" view also holds g1's
   // packets dropped past its tap (e.g. a late segment of the flows below
   // that the host's stack refuses), which the tap's counter does not count.
-  auto ifl = RunProcess({"virsh", "-q", "-c", "qemu:///system", "domiflist", "g1"}, 20);
+  auto ifl = RunProcess({"virsh", "-q", "-c", "qemu:///system", "domiflist", "g1"}, bounds().Quick());
   ASSERT_EQ(ifl.status, 0) << ifl.Describe();
   std::smatch tm;
   ASSERT_TRUE(std::regex_search(ifl.out, tm, std::regex(R"(^\s*(vnet\d+)\s)"))) << ifl.out;
   const std::string tap = tm[1];
-  auto tap_index = RunProcess({"ip", "netns", "exec", "magnetlab", "cat", "/sys/class/net/" + tap + "/ifindex"}, 10);
+  auto tap_index =
+      RunProcess({"ip", "netns", "exec", "magnetlab", "cat", "/sys/class/net/" + tap + "/ifindex"}, bounds().Quick());
   ASSERT_EQ(tap_index.status, 0) << tap_index.Describe();
   const std::string views_file = ArtifactDir("VmAwarenessDirect.vmnet") + "/views.yaml";
   {
-    auto defaults = RunProcess({magnet(), "host", "--print-default-views"}, 10);
+    auto defaults = RunProcess({magnet(), "host", "--print-default-views"}, bounds().Quick());
     ASSERT_EQ(defaults.status, 0) << defaults.Describe();
     std::ofstream f(views_file);
     f << defaults.out << "  - name: tap-drops\n    filter: \"event == net.drop and ifindex == "
@@ -331,8 +334,8 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   struct cleanup {
     std::string ns, va;
     ~cleanup() {
-      RunProcess({"ip", "-n", "magnetlab", "link", "del", va}, 10);
-      RunProcess({"ip", "netns", "del", ns}, 10);
+      RunProcess({"ip", "-n", "magnetlab", "link", "del", va}, LabBounds().Quick());
+      RunProcess({"ip", "netns", "del", ns}, LabBounds().Quick());
     }
   } cl{ns, va};
   auto wire = RunProcess({"sh", "-c",
@@ -341,7 +344,7 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
                               "; ip -n magnetlab link set " + va + " master magbr0 up; ip -n " +
                               ns + " addr add 10.77.0.250/24 dev " + vb + "; ip -n " + ns +
                               " link set " + vb + " up; ip -n " + ns + " link set lo up"},
-                         20);
+                         bounds().Quick());
   ASSERT_EQ(wire.status, 0) << wire.Describe();
 
   // g1's queueing statistics in a `magnet top` reply; fails the test when
@@ -362,13 +365,13 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   nlohmann::json mid;
   for (std::string dir : {"", " -R"}) {
     SCOPED_TRACE("iperf3" + dir);
-    Background srv("ip netns exec " + ns + " timeout 30 iperf3 -s -1 -p 5611", "/dev/null");
-    ASSERT_TRUE(WaitFor([&] { return Listening(ns, 5611); }, 10)) << "iperf3 server in " << ns;
+    Background srv("ip netns exec " + ns + " timeout " + std::to_string(bounds().Linger(4)) + " iperf3 -s -1 -p 5611",
+                   "/dev/null");
+    ASSERT_TRUE(WaitFor([&] { return Listening(ns, 5611); }, bounds().Ready())) << "iperf3 server in " << ns;
     const std::string run = "iperf3 -c 10.77.0.250 -p 5611 -u -b 4M -l 1000 -t 4" + dir;
     if (dir.empty()) {
       auto bg = lab()->Run("g1", "rm -f /tmp/magnet-q.rc; (sh -c '" + run +
-                                     " >/dev/null 2>&1; echo rc=$? >/tmp/magnet-q.rc' >/dev/null 2>&1 &)",
-                           10);
+                                     " >/dev/null 2>&1; echo rc=$? >/tmp/magnet-q.rc' >/dev/null 2>&1 &)");
       ASSERT_EQ(bg.status, 0) << bg.Describe();
       // While it sends: 500 datagrams/s through the host's queue.
       WaitFor(
@@ -379,15 +382,15 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
             mid = g1_of(t.out);
             return mid.is_null() || mid.at("queue_tx_per_s").get<double>() > 250;
           },
-          6, 500);
+          bounds().Work(4), 500);
       std::string rc;
-      ASSERT_TRUE(WaitFor([&] { return (rc = lab()->Run("g1", "cat /tmp/magnet-q.rc 2>/dev/null", 10).out)
+      ASSERT_TRUE(WaitFor([&] { return (rc = lab()->Run("g1", "cat /tmp/magnet-q.rc 2>/dev/null").out)
                                            .find("rc=") != std::string::npos; },
-                          30, 500))
+                          bounds().Work(4), 500))
           << "the background iperf3 in g1 did not end";
       EXPECT_NE(rc.find("rc=0"), std::string::npos) << rc;
     } else {
-      auto c = lab()->Run("g1", run + " >/dev/null 2>&1; echo rc=$?", 60);
+      auto c = lab()->Run("g1", run + " >/dev/null 2>&1; echo rc=$?", bounds().Work(4));
       ASSERT_NE(c.out.find("rc=0"), std::string::npos) << c.Describe();
     }
   }
@@ -420,13 +423,13 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
 
   // Drops: the guest takes its link down, so its virtio queue and then the
   // tap's queue fill; the host keeps sending to its (static) address.
-  auto mac = lab()->Run("g1", "cat /sys/class/net/eth0/address", 10);
+  auto mac = lab()->Run("g1", "cat /sys/class/net/eth0/address");
   ASSERT_EQ(mac.status, 0) << mac.Describe();
   const std::string g1_mac = Trim(mac.out);
   ASSERT_EQ(g1_mac.size(), 17u) << g1_mac;
   const std::string dropped_path = "/sys/class/net/" + tap + "/statistics/tx_dropped";
   auto tx_dropped = [&] {
-    auto r = RunProcess({"ip", "netns", "exec", "magnetlab", "cat", dropped_path}, 10);
+    auto r = RunProcess({"ip", "netns", "exec", "magnetlab", "cat", dropped_path}, bounds().Quick());
     EXPECT_EQ(r.status, 0) << r.Describe();
     return r.status == 0 ? std::stol(Trim(r.out)) : -1L;
   };
@@ -446,11 +449,11 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   // not in the counter's difference.
   const long before = tx_dropped();
   ASSERT_GE(before, 0);
-  auto down = lab()->Run("g1", "ip link set eth0 down; echo ok", 10);
+  auto down = lab()->Run("g1", "ip link set eth0 down; echo ok");
   ASSERT_EQ(down.status, 0) << down.Describe();
   struct link_up {  // whatever happens below
     Lab* lab;
-    ~link_up() { lab->Run("g1", "ip link set eth0 up", 10); }
+    ~link_up() { lab->Run("g1", "ip link set eth0 up"); }
   } up{lab()};
   auto flood = RunProcess(
       {"ip", "netns", "exec", ns, "python3", "-c",
@@ -459,12 +462,12 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
            "','dev','" + vb + "','nud','permanent'],check=True)\n"
        "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
        "for i in range(5000): s.sendto(b'x'*200,('10.77.0.11',9))\n"},
-      30);
+      bounds().Quick());
   ASSERT_EQ(flood.status, 0) << flood.Describe();
   // Until the tap's counter stops moving.
   long after = before, prev = -1;
-  WaitFor([&] { prev = after; after = tx_dropped(); return after == prev; }, 10, 300);
-  auto up_again = lab()->Run("g1", "ip link set eth0 up; echo ok", 10);
+  WaitFor([&] { prev = after; after = tx_dropped(); return after == prev; }, bounds().Quick(), 300);
+  auto up_again = lab()->Run("g1", "ip link set eth0 up; echo ok");
   EXPECT_EQ(up_again.status, 0) << up_again.Describe();
   ASSERT_GT(after - before, 500) << "the tap dropped too little to test: " << before << " -> " << after;
   auto v2 = d.SettledViews("g1");
@@ -493,20 +496,23 @@ TEST_F(VmAwarenessDirect, BlockIoOfTheGuestIsAttributedToIt) {
   struct cleanup {
     std::string img;
     ~cleanup() {
-      RunProcess({"virsh", "-q", "-c", "qemu:///system", "detach-disk", "g1", "vdb", "--live"}, 20);
+      RunProcess({"virsh", "-q", "-c", "qemu:///system", "detach-disk", "g1", "vdb", "--live"}, LabBounds().Domain());
       ::unlink(img.c_str());
     }
   } cl{img};
-  ASSERT_EQ(RunProcess({"truncate", "-s", "64M", img}, 10).status, 0);
+  ASSERT_EQ(RunProcess({"truncate", "-s", "64M", img}, bounds().Quick()).status, 0);
   auto att = RunProcess({"virsh", "-q", "-c", "qemu:///system", "attach-disk", "g1", img, "vdb",
                          "--targetbus", "virtio", "--cache", "none", "--live"},
-                        30);
+                        bounds().Domain());
   ASSERT_EQ(att.status, 0) << att.Describe();
   // The guest names it after its own disks (vda: it has no other).
-  auto w = lab()->Run("g1", "for i in $(seq 50); do d=$(ls /sys/block | grep '^vd' | head -n1); "
-                            "[ -n \"$d\" ] && [ -b /dev/$d ] && break; sleep 0.2; done; "
-                            "dd if=/dev/zero of=/dev/$d bs=65536 count=256 2>/dev/null && sync && "
-                            "echo rc=0", 120);
+  // (The disk appears within a readiness bound, in fifths of a second.)
+  auto w = lab()->Run("g1", "for i in $(seq " + std::to_string(5 * bounds().Ready()) +
+                                "); do d=$(ls /sys/block | grep '^vd' | head -n1); "
+                                "[ -n \"$d\" ] && [ -b /dev/$d ] && break; sleep 0.2; done; "
+                                "dd if=/dev/zero of=/dev/$d bs=65536 count=256 2>/dev/null && sync && "
+                                "echo rc=0",
+                      bounds().Ready() + bounds().Crunch());
   ASSERT_NE(w.out.find("rc=0"), std::string::npos) << w.Describe();
   const auto views = d.SettledViews("g1");
   // Per process (group_by process: cumulative rows): g1's QEMU completed
@@ -554,13 +560,13 @@ TEST_F(VmAwarenessDirect, StopAndStartOfTheDomainArePickedUp) {
   const uint32_t id = g1->vm_id, g2_id = g2->vm_id;
   const pid_t pid = g1->qemu_pid;
 
-  auto d = RunProcess({"virsh", "-q", "-c", "qemu:///system", "destroy", "g1"}, 30);
+  auto d = RunProcess({"virsh", "-q", "-c", "qemu:///system", "destroy", "g1"}, bounds().Domain());
   ASSERT_EQ(d.status, 0) << d.Describe();
   struct restart {  // g1 runs again after this test, however it ends
     ~restart() {
-      if (RunProcess({"virsh", "-q", "-c", "qemu:///system", "domstate", "g1"}, 20).out.find("running") ==
-          std::string::npos)
-        RunProcess({"virsh", "-q", "-c", "qemu:///system", "start", "g1"}, 60);
+      if (RunProcess({"virsh", "-q", "-c", "qemu:///system", "domstate", "g1"}, LabBounds().Quick())
+              .out.find("running") == std::string::npos)
+        RunProcess({"virsh", "-q", "-c", "qemu:///system", "start", "g1"}, LabBounds().Domain());
     }
   } again;
   ASSERT_TRUE(reg.reconcile());
@@ -572,7 +578,7 @@ TEST_F(VmAwarenessDirect, StopAndStartOfTheDomainArePickedUp) {
     ASSERT_EQ(tagger.gone.size(), 1u);
     EXPECT_EQ(tagger.gone[0], id) << "the stopped VM's maps are cleaned up";
   }
-  auto s = RunProcess({"virsh", "-q", "-c", "qemu:///system", "start", "g1"}, 60);
+  auto s = RunProcess({"virsh", "-q", "-c", "qemu:///system", "start", "g1"}, bounds().Domain());
   ASSERT_EQ(s.status, 0) << s.Describe();
   ASSERT_TRUE(reg.reconcile());
   ASSERT_EQ(reg.vms().size(), 2u);
@@ -623,16 +629,20 @@ bool Subscribed(const daemon_run& d, const std::vector<std::string>& names) {
 TEST_F(HardeningDirect, OneVmsFloodIsItsOwnLossAndTheOtherVmKeepsItsRateAndAccuracy) {
   daemon_run d(magnet(), "flood", "--vm-quota 20000");
   ASSERT_FALSE(d.top.empty()) << ReadFileText(d.log);
-  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, 60)) << d.Query("sessions").out;
+  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, bounds().Ready())) << d.Query("sessions").out;
   std::vector<std::unique_ptr<Background>> servers;
   const std::string j1 = "/tmp/magnet-e2e-flood-g1-" + std::to_string(getpid()) + ".json";
   ::unlink(j1.c_str());
   servers.push_back(std::make_unique<Background>(
-      "ip netns exec magnetlab timeout 60 iperf3 -s -1 -B 10.77.0.1 -p 5621 -J", j1));
-  ASSERT_EQ(lab()->Run("g2", "(timeout 60 iperf3 -s -1 -p 5622 >/dev/null 2>&1 &)", 20).status, 0);
-  ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", 5621); }, 10));
-  ASSERT_TRUE(WaitFor([&] { return lab()->Run("g2", "netstat -ltn | grep -q ':5622 '", 20).status == 0; }, 20))
-      << lab()->Run("g2", "netstat -ltn", 20).out;
+      "ip netns exec magnetlab timeout " + std::to_string(bounds().Linger(10)) +
+          " iperf3 -s -1 -B 10.77.0.1 -p 5621 -J",
+      j1));
+  ASSERT_EQ(lab()->Run("g2", "(timeout " + std::to_string(bounds().Linger(10)) +
+                                 " iperf3 -s -1 -p 5622 >/dev/null 2>&1 &)").status,
+            0);
+  ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", 5621); }, bounds().Ready()));
+  ASSERT_TRUE(WaitFor([&] { return lab()->Run("g2", "netstat -ltn | grep -q ':5622 '").status == 0; }, bounds().Ready()))
+      << lab()->Run("g2", "netstat -ltn").out;
   const auto top0 = d.TopRow("g2");
   const auto frames0 = FramesByVm(d);
   const auto t0 = std::chrono::steady_clock::now();
@@ -640,9 +650,10 @@ TEST_F(HardeningDirect, OneVmsFloodIsItsOwnLossAndTheOtherVmKeepsItsRateAndAccur
     return RunProcess({"sh", "-c",
                        "ip netns exec magnetlab iperf3 -c 10.77.0.12 -p 5622 -u -b 0 -l 16 -t 10 "
                        ">/dev/null 2>&1; echo rc=$?"},
-                      60);
+                      bounds().Work(10));
   });
-  auto g1 = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5621 -u -b 2M -l 1400 -t 8 >/dev/null 2>&1; echo rc=$?", 60);
+  auto g1 = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5621 -u -b 2M -l 1400 -t 8 >/dev/null 2>&1; echo rc=$?",
+                       bounds().Work(8));
   const auto f = flood.get();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto frames1 = FramesByVm(d);
@@ -650,7 +661,7 @@ TEST_F(HardeningDirect, OneVmsFloodIsItsOwnLossAndTheOtherVmKeepsItsRateAndAccur
   ASSERT_NE(f.out.find("rc=0"), std::string::npos) << f.Describe();
 
   double iperf_bps = -1;
-  WaitFor([&] { return (iperf_bps = IperfReceivedBitsPerSecond(ReadFileText(j1))) > 0; }, 10);
+  WaitFor([&] { return (iperf_bps = IperfReceivedBitsPerSecond(ReadFileText(j1))) > 0; }, bounds().Quick());
   ASSERT_GT(iperf_bps, 1e6) << ReadFileText(j1).substr(0, 2000);
   const long sent = IperfSentDatagrams(ReadFileText(j1));
   ASSERT_GT(sent, 0) << ReadFileText(j1).substr(0, 2000);
@@ -721,7 +732,7 @@ TEST_F(HardeningDirect, OneVmsFloodIsItsOwnLossAndTheOtherVmKeepsItsRateAndAccur
 // away with its last fd).
 std::pair<size_t, size_t> BpfObjects() {
   auto count = [](const char* what) -> size_t {
-    auto r = RunProcess({"bpftool", what, "show", "-j"}, 30);
+    auto r = RunProcess({"bpftool", what, "show", "-j"}, LabBounds().Quick());
     auto j = nlohmann::json::parse(r.out, nullptr, false);
     return j.is_array() ? j.size() : static_cast<size_t>(-1);
   };
@@ -736,18 +747,18 @@ TEST_F(HardeningDirect, DaemonKilledLeavesNoProbeBehindAndItsSuccessorServesAgai
   {
     daemon_run d(magnet(), "killed");
     ASSERT_FALSE(d.top.empty()) << ReadFileText(d.log);
-    ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, 60)) << d.Query("sessions").out;
+    ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, bounds().Ready())) << d.Query("sessions").out;
     const auto during = BpfObjects();
     EXPECT_GT(during.first, before.first) << "its programs are loaded";
     ASSERT_TRUE(d.proc->Running());
     d.proc->Kill();
-    EXPECT_TRUE(WaitFor([&] { return BpfObjects() == before; }, 10))
+    EXPECT_TRUE(WaitFor([&] { return BpfObjects() == before; }, bounds().Quick()))
         << "before " << before.first << " programs / " << before.second << " links, after SIGKILL "
         << BpfObjects().first << " / " << BpfObjects().second;
   }
   daemon_run d(magnet(), "successor");
   ASSERT_FALSE(d.top.empty()) << "the successor serves both VMs: " << ReadFileText(d.log);
-  EXPECT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, 30)) << d.Query("sessions").out;
+  EXPECT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, bounds().Ready())) << d.Query("sessions").out;
 }
 
 // libvirtd restarted under a running daemon: the daemon keeps answering
@@ -758,10 +769,13 @@ TEST_F(HardeningDirect, LibvirtdRestartedUnderTheDaemon) {
   daemon_run d(magnet(), "libvirtd");
   ASSERT_FALSE(d.top.empty()) << ReadFileText(d.log);
   const int g1 = d.vm_id("g1"), g2 = d.vm_id("g2");
-  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, 60)) << d.Query("sessions").out;
+  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, bounds().Ready())) << d.Query("sessions").out;
   // How many times each guest's agent has lost its host so far.
   auto HostGaps = [&](const std::string& g) {
-    auto v = nlohmann::json::parse(lab()->Run(g, "magnet-agent view --json --wait 5", 60).out, nullptr, false);
+    const Bounds& b = bounds();
+    auto v = nlohmann::json::parse(
+        lab()->Run(g, "magnet-agent view --json --wait " + std::to_string(b.Quick()), b.Work(b.Quick())).out, nullptr,
+        false);
     if (v.is_object())
       for (const auto& x : v["values"])
         if (x.value("name", "") == "host.gaps") return x.value("value", -1.0);
@@ -772,7 +786,7 @@ TEST_F(HardeningDirect, LibvirtdRestartedUnderTheDaemon) {
     gaps[g] = HostGaps(g);
     ASSERT_GE(gaps[g], 0) << g << ": no host.gaps in magnet-agent view";
   }
-  auto r = lab()->Lab_({"restart-libvirtd"}, 120);
+  auto r = lab()->Lab_({"restart-libvirtd"}, bounds().Domain() + bounds().Quick());
   ASSERT_EQ(r.status, 0) << r.Describe();
   EXPECT_TRUE(WaitFor(
       [&] {
@@ -780,7 +794,7 @@ TEST_F(HardeningDirect, LibvirtdRestartedUnderTheDaemon) {
         return !j.is_discarded() && j.value("libvirt", false) && !d.TopRow("g1").is_null() &&
                !d.TopRow("g2").is_null();
       },
-      30))
+      bounds().Ready()))
       << d.Top().Describe() << ReadFileText(d.log);
   EXPECT_EQ(d.TopRow("g1").value("vm", 0), g1);
   EXPECT_EQ(d.TopRow("g2").value("vm", 0), g2);
@@ -790,12 +804,15 @@ TEST_F(HardeningDirect, LibvirtdRestartedUnderTheDaemon) {
   // describes; that once closed every guest's channel).  Each agent counts
   // the gaps in its host connection.
   for (const auto& [g, before] : gaps) {
-    EXPECT_TRUE(WaitFor([&] { return Subscribed(d, {g}); }, 30)) << d.Query("sessions").out;
+    EXPECT_TRUE(WaitFor([&] { return Subscribed(d, {g}); }, bounds().Ready())) << d.Query("sessions").out;
     EXPECT_EQ(HostGaps(g), before) << g << "'s agent lost its host over a libvirtd restart";
   }
-  Background server("ip netns exec magnetlab timeout 30 iperf3 -s -1 -B 10.77.0.1 -p 5631", "/dev/null");
-  ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", 5631); }, 10));
-  auto c = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5631 -u -b 3M -l 1400 -t 3 >/dev/null 2>&1; echo rc=$?", 60);
+  Background server("ip netns exec magnetlab timeout " + std::to_string(bounds().Linger(3)) +
+                        " iperf3 -s -1 -B 10.77.0.1 -p 5631",
+                    "/dev/null");
+  ASSERT_TRUE(WaitFor([&] { return Listening("magnetlab", 5631); }, bounds().Ready()));
+  auto c = lab()->Run("g1", "iperf3 -c 10.77.0.1 -p 5631 -u -b 3M -l 1400 -t 3 >/dev/null 2>&1; echo rc=$?",
+                      bounds().Work(3));
   ASSERT_NE(c.out.find("rc=0"), std::string::npos) << c.Describe();
   auto views = d.SettledViews("g1");
   bool found = false;
@@ -816,11 +833,11 @@ nlohmann::json MapEntries(const std::string& name, pid_t pid) {
     const std::string info = ReadFileText(it->path());
     if (std::regex_search(info, m, std::regex("map_id:\\s*(\\d+)"))) held.insert(std::stoi(m[1]));
   }
-  auto maps = nlohmann::json::parse(RunProcess({"bpftool", "map", "show", "-j"}, 30).out, nullptr, false);
+  auto maps = nlohmann::json::parse(RunProcess({"bpftool", "map", "show", "-j"}, LabBounds().Quick()).out, nullptr, false);
   if (!maps.is_array()) return nlohmann::json::array();
   for (const auto& m : maps) {
     if (m.value("name", "") != name || !held.count(m.value("id", -1))) continue;
-    auto r = RunProcess({"bpftool", "map", "dump", "id", std::to_string(m.value("id", 0)), "-j"}, 30);
+    auto r = RunProcess({"bpftool", "map", "dump", "id", std::to_string(m.value("id", 0)), "-j"}, LabBounds().Quick());
     auto j = nlohmann::json::parse(r.out, nullptr, false);
     return j.is_array() ? j : nlohmann::json::array();
   }
@@ -866,7 +883,7 @@ fd_counts FdsOf(pid_t pid) {
 }
 
 size_t Count(const std::string& cmd) {
-  return SplitLines(RunProcess({"sh", "-c", cmd}, 30).out).size();
+  return SplitLines(RunProcess({"sh", "-c", cmd}, LabBounds().Quick()).out).size();
 }
 
 // 50 cycles of stop/start, reboot/start and undefine/define/start of g2
@@ -875,9 +892,11 @@ size_t Count(const std::string& cmd) {
 // and cgroups as before; g2's tagging entries name its current QEMU process
 // and tap only; g1 was never disturbed and its count of lost events is 0.
 TEST_F(HardeningDirect, FiftyCyclesOfVmChurnLeaveNothingBehind) {
-  daemon_run d(magnet(), "churn", "", 900);
+  const int kCycles = 50;
+  // Each cycle is a few domain operations and a boot.
+  daemon_run d(magnet(), "churn", "", bounds().Test() + kCycles * bounds().Domain());
   ASSERT_FALSE(d.top.empty()) << ReadFileText(d.log);
-  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, 60)) << d.Query("sessions").out;
+  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, bounds().Ready())) << d.Query("sessions").out;
   const int g2 = d.vm_id("g2");
   const pid_t daemon = d.proc->pid();
   const std::string taps = "ip -n magnetlab -o link show type tun";
@@ -902,12 +921,12 @@ TEST_F(HardeningDirect, FiftyCyclesOfVmChurnLeaveNothingBehind) {
   };
   // Two snapshots in a row alike (a query connection may still be open).
   snap before = take(), prev{};
-  WaitFor([&] { prev = before; before = take(); return before == prev; }, 10, 500);
+  WaitFor([&] { prev = before; before = take(); return before == prev; }, bounds().Quick(), 500);
   ASSERT_GT(before.tgid, 0u) << before.str();
   ASSERT_GT(before.progs, 0u) << before.str();
   ASSERT_GT(before.netdev, 0u) << before.str();
   auto virsh = [](const std::string& args) {
-    return RunProcess({"sh", "-c", "virsh -q -c qemu:///system " + args}, 60);
+    return RunProcess({"sh", "-c", "virsh -q -c qemu:///system " + args}, LabBounds().Domain());
   };
   const std::string xml = "/tmp/magnet-e2e-churn-g2-" + std::to_string(getpid()) + ".xml";
   ASSERT_EQ(virsh("dumpxml g2 >" + xml).status, 0);
@@ -933,7 +952,6 @@ TEST_F(HardeningDirect, FiftyCyclesOfVmChurnLeaveNothingBehind) {
     state = virsh("domstate g2");
     return state.status == 0 && Trim(state.out) == "shut off";
   };
-  const int kCycles = 50;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kCycles; ++i) {
     SCOPED_TRACE("cycle " + std::to_string(i));
@@ -950,9 +968,9 @@ TEST_F(HardeningDirect, FiftyCyclesOfVmChurnLeaveNothingBehind) {
         // resets of a guest half a second after its start with the daemon
         // running (it touches no QMP: only its load widens the race), and in
         // none of 25 without it.
-        const auto reboot = lab()->Run("g2", "(sleep 0.3; reboot -f) >/dev/null 2>&1 & echo rebooting", 60);
+        const auto reboot = lab()->Run("g2", "(sleep 0.3; reboot -f) >/dev/null 2>&1 & echo rebooting");
         ASSERT_EQ(reboot.out, "rebooting\n") << reboot.Describe();
-        ASSERT_TRUE(WaitFor(shut_off, 30)) << "virsh domstate g2: " << state.Describe() << state.out;
+        ASSERT_TRUE(WaitFor(shut_off, bounds().Domain())) << "virsh domstate g2: " << state.Describe() << state.out;
         ASSERT_TRUE(ok("start g2"));
         break;
       }
@@ -966,9 +984,10 @@ TEST_F(HardeningDirect, FiftyCyclesOfVmChurnLeaveNothingBehind) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // The last start's agent subscribes again; then everything is as before.
-  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, 90)) << d.Query("sessions").out;
+  ASSERT_TRUE(WaitFor([&] { return Subscribed(d, {"g1", "g2"}); }, bounds().Domain() + bounds().Ready()))
+      << d.Query("sessions").out;
   snap after{};
-  EXPECT_TRUE(WaitFor([&] { return (after = take()) == before; }, 20))
+  EXPECT_TRUE(WaitFor([&] { return (after = take()) == before; }, bounds().Ready()))
       << "before: " << before.str() << "\nafter:  " << after.str();
   EXPECT_EQ(d.vm_id("g2"), g2) << "same domain (same UUID), same id";
   // g2's entries name its current process and tap.

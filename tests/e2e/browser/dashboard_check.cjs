@@ -4,7 +4,8 @@
 //
 // CONFIG: url, operator_token, tenant_token, tenant_vm, other_vm,
 // other_uuid, vms (names), magnet, socket (for `magnet top --json`), out_dir,
-// snapshots (how many DOM/top pairs to take), need_traffic.
+// snapshots (how many DOM/top pairs to take), need_traffic, quick_s and
+// ready_s (the lab's bounds on a quick step and on readiness, docs/lab.md).
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -16,7 +17,7 @@ const cfg = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 // Without these Chromium's background connections fail on a closed network.
 const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
-const WAIT = 60000;
+const QUICK = cfg.quick_s * 1000, WAIT = cfg.ready_s * 1000;
 const out = { operator: {}, tenant: {} };
 
 async function open(token) {
@@ -41,7 +42,7 @@ async function close(b) {
 
 function top() {
   return JSON.parse(execFileSync(cfg.magnet, ['top', '--socket', cfg.socket, '--json', '--count', '1'],
-    { encoding: 'utf8', timeout: 10000 }));
+    { encoding: 'utf8', timeout: QUICK }));
 }
 
 // Every panel's data- attributes: the numbers it shows.
@@ -62,13 +63,13 @@ function waitPanels(page, names, needTraffic) {
 
 // Samples of the page's own stream, read by a second EventSource in it.
 function streamSamples(page, n) {
-  return page.evaluate((count) => new Promise((resolve) => {
+  return page.evaluate(([count, quick]) => new Promise((resolve) => {
     const es = new EventSource('/api/stream');
     const got = [];
     const done = () => { es.close(); resolve(got); };
     es.addEventListener('sample', (m) => { got.push(m.data); if (got.length >= count) done(); });
-    setTimeout(done, 15000);
-  }), n);
+    setTimeout(done, quick);
+  }), [n, QUICK]);
 }
 
 function statusOf(page, url) {
