@@ -60,6 +60,10 @@ static const char* kHostHelp =
     "                         'TOKEN all' (operator) or 'TOKEN DOMAIN-or-UUID'\n"
     "                         (a tenant: that VM's page, stream and views only);\n"
     "                         the file must be mode 0600 or 0400\n"
+    "      --http-host NAME   a name (NAME or NAME:PORT) the Host header of a\n"
+    "                         request may carry besides localhost, 127.0.0.1,\n"
+    "                         [::1] and the --http address; others get 421\n"
+    "                         (repeat for more; e.g. the name of a reverse proxy)\n"
     "      --http-stream-interval T\n"
     "                         one dashboard stream event every T (default 500ms)\n"
     "      --list-metrics     print the series /metrics has and exit\n"
@@ -89,6 +93,10 @@ int cmd_host(cli::args& a) {
   if (auto v = a.value("--http-tokens")) {
     if (!o.http) throw cli::usage_error("--http-tokens: only with --http");
     o.http_tokens = cli::need(load_tokens(*v), "--http-tokens");
+  }
+  for (const auto& h : a.values("--http-host")) {
+    if (!o.http) throw cli::usage_error("--http-host: only with --http");
+    o.http_hosts.push_back(cli::need(parse_http_host_name(h), "--http-host"));
   }
   if (auto v = a.value("--http-stream-interval")) {
     uint64_t ns = cli::need(cli::parse_duration_ns(*v), "--http-stream-interval");

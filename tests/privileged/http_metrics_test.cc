@@ -51,7 +51,7 @@ TEST(HttpMetrics, BothFormatsPassPromtoolAndBadRequestsAreRefused) {
   const int port = std::stoi(m[1]);
 
   // The text format by default.
-  std::string r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  std::string r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   ASSERT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r.substr(0, 500);
   EXPECT_NE(r.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"), std::string::npos) << r.substr(0, 500);
   const std::string text = body_of(r);
@@ -67,7 +67,7 @@ TEST(HttpMetrics, BothFormatsPassPromtoolAndBadRequestsAreRefused) {
 
   // OpenMetrics when Prometheus asks for it (its own Accept header).
   r = http_exchange(port,
-           "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text;version=1.0.0,"
+           "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/openmetrics-text;version=1.0.0,"
            "application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n"
            "Connection: close\r\n\r\n");
   ASSERT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r.substr(0, 500);
@@ -96,26 +96,26 @@ TEST(HttpMetrics, BothFormatsPassPromtoolAndBadRequestsAreRefused) {
   EXPECT_EQ(lint.status, 0) << lint.out << lint.err;
 
   // HEAD: the headers alone.
-  r = http_exchange(port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  r = http_exchange(port, "HEAD /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r;
   EXPECT_TRUE(r.ends_with("\r\n\r\n")) << r;
 
   // Requests that cannot be served.
-  r = http_exchange(port, "GET /nothing-here HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  r = http_exchange(port, "GET /nothing-here HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 404 Not Found\r\n", 0), 0u) << r;
-  r = http_exchange(port, "DELETE /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  r = http_exchange(port, "DELETE /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 405 Method Not Allowed\r\n", 0), 0u) << r;
   r = http_exchange(port, "GET /metrics HTTP/9.x\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 400 Bad Request\r\n", 0), 0u) << r;
   r = http_exchange(port, std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11) + std::string(200, '\0'));
   EXPECT_EQ(r.rfind("HTTP/1.1 400 Bad Request\r\n", 0), 0u) << "TLS to a plain HTTP port: " << r;
-  r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nCookie: " + std::string(100000, 'c') + "\r\n\r\n");
+  r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: " + std::string(100000, 'c') + "\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 431 ", 0), 0u) << r.substr(0, 200);
-  r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" + std::string(10000, 'x'));
+  r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n\r\n" + std::string(10000, 'x'));
   EXPECT_EQ(r.rfind("HTTP/1.1 413 ", 0), 0u) << r.substr(0, 200);
 
   // Still serving, and the query socket too.
-  r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r.substr(0, 300);
   EXPECT_EQ(run({MAGNET_BIN, "top", "--socket", sock, "--json", "--count", "1"}).status, 0);
   EXPECT_EQ(d.stop(SIGTERM), 0) << d.stderr_text();

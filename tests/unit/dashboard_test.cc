@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -125,25 +126,58 @@ TEST(DashboardAccess, TokensFromHeaderQueryOrCookieAndClearRefusals) {
   a = authorize(*t, get("/api/vms", {{"Authorization", "Bearer " + kOp}}));
   ASSERT_TRUE(a.who);
   EXPECT_TRUE(a.who->all);
-  EXPECT_TRUE(a.set_cookie.empty()) << "a header token sets no cookie";
-
-  a = authorize(*t, get("/?x=1&token=" + kG1));
-  ASSERT_TRUE(a.who);
-  EXPECT_FALSE(a.who->all);
-  EXPECT_EQ(a.who->vm, "g1");
-  EXPECT_EQ(a.set_cookie, "magnet_token=" + kG1 + "; Path=/; HttpOnly; SameSite=Strict");
+  EXPECT_EQ(a.who->token_line, 1);
 
   EXPECT_EQ(url_decode("a%2Bb+c%2f%zz%4"), "a+b+c/%zz%4") << "%XX only";
   auto plus = parse_tokens("abc+def/ghi=jklmnop all\n", "f");
   ASSERT_TRUE(plus);
   a = authorize(*plus, get("/?token=abc%2Bdef%2Fghi%3Djklmnop"));
-  EXPECT_TRUE(a.who) << "an encoded token";
+  EXPECT_EQ(a.refusal.status, 303u) << "an encoded token: known";
   a = authorize(*plus, get("/?token=abc+def/ghi=jklmnop"));
-  EXPECT_TRUE(a.who) << "a base64 token pasted as is";
+  EXPECT_EQ(a.refusal.status, 303u) << "a base64 token pasted as is: known";
 
   a = authorize(*t, get("/api/stream", {{"Cookie", "other=1; magnet_token=" + kG1}}));
   ASSERT_TRUE(a.who);
   EXPECT_EQ(a.who->vm, "g1");
+  EXPECT_EQ(a.who->token_line, 2);
+}
+
+// A token in the address is never served: a 303 to the same address
+// without it, setting the cookie, and no access in that response.
+TEST(DashboardAccess, ATokenInTheQueryIsRedirectedToACookieAndNeverServed) {
+  auto t = parse_tokens(kOp + " all\n" + kG1 + " g1\n", "f");
+  ASSERT_TRUE(t);
+  auto a = authorize(*t, get("/?x=1&token=" + kG1));
+  EXPECT_FALSE(a.who) << "no data for an address with a token";
+  EXPECT_EQ(a.refusal.status, 303u);
+  std::map<std::string, std::string> h(a.refusal.headers.begin(), a.refusal.headers.end());
+  EXPECT_EQ(h["Location"], "/?x=1");
+  EXPECT_EQ(h["Set-Cookie"], "magnet_token=" + kG1 + "; Path=/; HttpOnly; SameSite=Lax");
+  EXPECT_EQ(h["Cache-Control"], "no-store");
+  EXPECT_EQ(a.refusal.body, "303 the token is a cookie now; continue at /?x=1\n");
+  EXPECT_EQ(a.refusal.body.find(kG1), std::string::npos);
+
+  // The query wins over a header or a cookie: still redirected.
+  a = authorize(*t, get("/api/vms?token=" + kG1, {{"Authorization", "Bearer " + kOp}, {"Cookie", "magnet_token=" + kOp}}));
+  EXPECT_FALSE(a.who);
+  EXPECT_EQ(a.refusal.status, 303u);
+  // An unknown token in the query: 401, no cookie.
+  a = authorize(*t, get("/?token=not-a-known-token-000"));
+  EXPECT_FALSE(a.who);
+  EXPECT_EQ(a.refusal.status, 401u);
+  for (const auto& [k, v] : a.refusal.headers) EXPECT_NE(k, "Set-Cookie");
+  // No tokens configured: nothing to turn into a cookie, served as before.
+  EXPECT_TRUE(authorize(token_table{}, get("/?token=" + kG1)).who);
+
+  EXPECT_EQ(without_token("/"), "/");
+  EXPECT_EQ(without_token("/?token=abc"), "/");
+  EXPECT_EQ(without_token("/api/vms?a=1&token=abc&b=2"), "/api/vms?a=1&b=2");
+  EXPECT_EQ(without_token("/api/vms?token=abc&token=def"), "/api/vms") << "every token parameter";
+  EXPECT_EQ(without_token("/x?token&tokens=1&y"), "/x?tokens=1&y");
+  EXPECT_EQ(without_token("/x?&&a=1&"), "/x?a=1");
+  EXPECT_EQ(without_token("//evil.example/?token=abc"), "/evil.example/") << "never to another host";
+  EXPECT_EQ(without_token("/\\evil.example/?token=abc"), "/evil.example/");
+  EXPECT_EQ(without_token("/%2F%2Fx?token=a"), "/%2F%2Fx") << "as sent, not decoded";
 }
 
 TEST(DashboardAccess, TenantSeesItsVmByRegistryNameOrUuid) {
@@ -251,7 +285,7 @@ class HttpStream : public ::testing::Test {
   int request_stream(std::shared_ptr<http_stream>& server) {
     opened_ = {};
     int fd = connect_small();
-    const std::string req = "GET /s HTTP/1.1\r\nHost: x\r\n\r\n";
+    const std::string req = "GET /s HTTP/1.1\r\nHost: localhost\r\n\r\n";
     EXPECT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
     server = opened_.get_future().get();
     return fd;
@@ -360,10 +394,10 @@ TEST_F(HttpStream, RefusalsAreWholeResponsesAndOnlyGetStreams) {
     close(fd);
     return got;
   };
-  std::string r = exchange("GET /s?no HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  std::string r = exchange("GET /s?no HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 403 Forbidden\r\n", 0), 0u) << r;
   EXPECT_TRUE(r.ends_with("\r\n\r\nno\n")) << r;
-  r = exchange("HEAD /s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  r = exchange("HEAD /s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 405 Method Not Allowed\r\n", 0), 0u) << r;
 }
 
@@ -385,7 +419,7 @@ TEST(HttpPrefix, LongestPrefixRouteServesAndExactRoutesWin) {
     timeval tv{3, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     ::send(fd, req.data(), req.size(), 0);
     std::string got;
     char b[4096];

@@ -13,7 +13,9 @@ namespace magnet::host {
 // --http: /metrics for operators, and the dashboard (serve_dashboard).
 // False when the address cannot be bound (the error is printed).
 bool host_daemon::serve_http() {
-  auto h = http_server::open(io_, *opt_.http);
+  http_options ho;
+  ho.hosts = opt_.http_hosts;
+  auto h = http_server::open(io_, *opt_.http, ho);
   if (!h) {
     std::fprintf(stderr, "magnet host: %s\n", h.err().message.c_str());
     return false;
@@ -35,6 +37,9 @@ bool host_daemon::serve_http() {
                   (opt_.http_tokens.empty() ? std::string(" (no tokens: loopback only)")
                                             : " (" + std::to_string(opt_.http_tokens.tokens.size()) +
                                                   " tokens of --http-tokens)"));
+  std::string names;
+  for (const auto& n : http_->host_names()) names += (names.empty() ? "" : ", ") + n.text();
+  log_line(1, "magnet-host: [http] answering requests whose Host is " + names + " (more: --http-host)");
   return true;
 }
 
@@ -98,10 +103,8 @@ void host_daemon::push_streams() {
 }
 
 void host_daemon::serve_dashboard() {
-  const auto json_reply = [](const ojson& j, const auth_result& a) {
-    http_response r{200, "application/json", dump(j) + "\n", {{"Cache-Control", "no-store"}}};
-    if (!a.set_cookie.empty()) r.headers.emplace_back("Set-Cookie", a.set_cookie);
-    return r;
+  const auto json_reply = [](const ojson& j) {
+    return http_response{200, "application/json", dump(j) + "\n", {{"Cache-Control", "no-store"}}};
   };
   // The page and its files: no VM data in them, but behind the token too.
   const auto asset = [this](const http_request& r) {
@@ -111,12 +114,9 @@ void host_daemon::serve_dashboard() {
     if (!f) return http_response{404, "text/plain; charset=utf-8", "no such path: " + r.path + "\n"};
     http_response res{200, f->content_type, std::string(reinterpret_cast<const char*>(f->data), f->size)};
     res.headers.emplace_back("Cache-Control", "no-cache");
-    res.headers.emplace_back("X-Content-Type-Options", "nosniff");
     if (r.path == "/")
       res.headers.emplace_back("Content-Security-Policy",
                                "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'");
-    // The token leaves the address bar's history once it is a cookie.
-    if (!a.set_cookie.empty()) res.headers.emplace_back("Set-Cookie", a.set_cookie);
     return res;
   };
   http_->route("/", asset);
@@ -126,7 +126,7 @@ void host_daemon::serve_dashboard() {
     if (!a.who) return a.refusal;
     ojson j = for_access(dashboard_json(), *a.who);
     j["scope"] = a.who->all ? "all" : "vm";
-    return json_reply(j, a);
+    return json_reply(j);
   });
   // /api/vm/NAME/views: that VM's view instances (`magnet views --vm NAME`).
   http_->route_prefix("/api/vm/", [this](const http_request& r) {
@@ -143,10 +143,8 @@ void host_daemon::serve_dashboard() {
       if (!a.who->all) return forbidden("VM '" + key + "'");
       return http_response{404, "text/plain; charset=utf-8", "no running VM named '" + key + "'\n"};
     }
-    http_response res{200, "application/json", filters::to_json(eng_.snapshot_vm(vm->vm_id)) + "\n",
-                      {{"Cache-Control", "no-store"}}};
-    if (!a.set_cookie.empty()) res.headers.emplace_back("Set-Cookie", a.set_cookie);
-    return res;
+    return http_response{200, "application/json", filters::to_json(eng_.snapshot_vm(vm->vm_id)) + "\n",
+                         {{"Cache-Control", "no-store"}}};
   });
   http_->route_stream("/api/stream", [this](const http_request& r) {
     stream_reply rep;
@@ -155,6 +153,9 @@ void host_daemon::serve_dashboard() {
       rep.refuse = a.refusal;
       return rep;
     }
+    // A token's streams count together (http_options::max_streams_per_share);
+    // without tokens there is no one to tell apart, the total bounds them.
+    if (a.who->token_line > 0) rep.share = "token line " + std::to_string(a.who->token_line);
     rep.on_open = [this, who = *a.who](std::shared_ptr<http_stream> s) {
       // The newest sample at once, then one every --http-stream-interval.
       s->push(sse_event{stream_seq_, "sample", dump(for_access(dashboard_json(), who))});

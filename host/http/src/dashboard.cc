@@ -160,13 +160,8 @@ bool access::may_see(const std::string& name, const std::string& uuid) const {
 
 std::optional<std::string> request_token(const http_request& r, bool* from_query) {
   if (from_query) *from_query = false;
-  const std::string auth = r.header("Authorization");
-  if (auth.size() > 7 && iequal(std::string_view(auth).substr(0, 7), "Bearer ")) {
-    std::string t = auth.substr(7);
-    while (!t.empty() && t.front() == ' ') t.erase(0, 1);
-    while (!t.empty() && t.back() == ' ') t.pop_back();
-    return t;
-  }
+  // The query first: a token there must not be served whatever else the
+  // request carries (authorize answers it with a redirect).
   if (size_t q = r.target.find('?'); q != std::string::npos) {
     std::string_view qs = std::string_view(r.target).substr(q + 1);
     while (!qs.empty()) {
@@ -179,6 +174,13 @@ std::optional<std::string> request_token(const http_request& r, bool* from_query
       if (amp == std::string_view::npos) break;
       qs = qs.substr(amp + 1);
     }
+  }
+  const std::string auth = r.header("Authorization");
+  if (auth.size() > 7 && iequal(std::string_view(auth).substr(0, 7), "Bearer ")) {
+    std::string t = auth.substr(7);
+    while (!t.empty() && t.front() == ' ') t.erase(0, 1);
+    while (!t.empty() && t.back() == ' ') t.pop_back();
+    return t;
   }
   const std::string cookie = r.header("Cookie");
   std::string_view c = cookie;
@@ -193,8 +195,39 @@ std::optional<std::string> request_token(const http_request& r, bool* from_query
   return std::nullopt;
 }
 
+// Lax, not Strict: a link to /?token=T followed from another site is a
+// cross-site navigation, and a Strict cookie set by its redirect would not
+// come with the redirected request (the page would get 401).  Lax sends it
+// on top-level GET navigations only; every route is a GET without effects,
+// and a page elsewhere can not read what such a navigation shows.
 std::string token_cookie(const std::string& token) {
-  return "magnet_token=" + token + "; Path=/; HttpOnly; SameSite=Strict";
+  return "magnet_token=" + token + "; Path=/; HttpOnly; SameSite=Lax";
+}
+
+std::string without_token(std::string_view target) {
+  const size_t q = target.find('?');
+  std::string_view path = target.substr(0, q);
+  while (!path.empty() && (path.front() == '/' || path.front() == '\\')) path.remove_prefix(1);
+  std::string out = "/" + std::string(path);
+  if (q == std::string_view::npos) return out;
+  std::string kept;
+  std::string_view qs = target.substr(q + 1);
+  while (true) {
+    const size_t amp = qs.find('&');
+    const std::string_view kv = qs.substr(0, amp);
+    if (!kv.empty() && !kv.starts_with("token=") && kv != "token") kept += (kept.empty() ? "" : "&") + std::string(kv);
+    if (amp == std::string_view::npos) break;
+    qs = qs.substr(amp + 1);
+  }
+  return kept.empty() ? out : out + "?" + kept;
+}
+
+http_response token_redirect(const http_request& r, const std::string& token) {
+  const std::string to = without_token(r.target);
+  return {303,
+          "text/plain; charset=utf-8",
+          "303 the token is a cookie now; continue at " + to + "\n",
+          {{"Location", to}, {"Set-Cookie", token_cookie(token)}, {"Cache-Control", "no-store"}}};
 }
 
 auth_result authorize(const token_table& tokens, const http_request& r) {
@@ -217,8 +250,11 @@ auth_result authorize(const token_table& tokens, const http_request& r) {
     a.refusal = unauthorized("unknown token");
     return a;
   }
-  a.who = access{match->all, match->vm};
-  if (from_query) a.set_cookie = token_cookie(match->token);
+  if (from_query) {
+    a.refusal = token_redirect(r, match->token);
+    return a;
+  }
+  a.who = access{match->all, match->vm, match->line};
   return a;
 }
 

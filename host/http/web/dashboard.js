@@ -211,7 +211,13 @@ function showViews(name, views) {
 function connect() {
   const es = new EventSource('/api/stream', { withCredentials: true });
   es.addEventListener('open', () => { $('status').textContent = 'live'; $('status').dataset.state = 'live'; });
-  es.addEventListener('error', () => { $('status').textContent = 'reconnecting…'; $('status').dataset.state = 'down'; });
+  es.addEventListener('error', () => {
+    $('status').textContent = 'reconnecting…';
+    $('status').dataset.state = 'down';
+    // A refusal (429/503: this token's or the server's streams at their cap)
+    // ends an EventSource for good; ask again later (the Retry-After).
+    if (es.readyState === EventSource.CLOSED) setTimeout(connect, 10000);
+  });
   es.addEventListener('sample', (m) => onSample(JSON.parse(m.data)));
   // Samples the daemon dropped for this browser (it fell behind): a gap.
   es.addEventListener('dropped', (m) => {

@@ -49,26 +49,37 @@ bool constant_time_equal(std::string_view known, std::string_view given);
 struct access {
   bool all = false;
   std::string vm;
+  int token_line = 0;  // the token's line in the file (0: no tokens); its streams' share
   // A VM the asker may see, matched by the registry's name and UUID (never
   // by anything the request says).
   bool may_see(const std::string& name, const std::string& uuid) const;
 };
 
-// The request's token: "Authorization: Bearer T", else "?token=T" in the
-// query, else the cookie magnet_token=T.  @from_query is set when it came
-// from the query (the page then sets the cookie).
+// The request's token: "?token=T" in the query, else "Authorization:
+// Bearer T", else the cookie magnet_token=T.  @from_query is set when it
+// came from the query (then it is never served: authorize redirects).
 std::optional<std::string> request_token(const http_request& r, bool* from_query = nullptr);
 
 struct auth_result {
-  std::optional<access> who;  // empty: refused
-  http_response refusal;      // 401 with why, when refused
-  std::string set_cookie;     // a Set-Cookie value to send (token given in the query)
+  std::optional<access> who;  // empty: no data for this request
+  // When @who is empty, the whole answer: 401 with why, or the 303 that
+  // turns a token in the query into a cookie (token_redirect).
+  http_response refusal;
 };
-// With no tokens, everything; else the token's access, or 401.
+// With no tokens, everything; else the token's access, or 401; a known
+// token in the query gets its redirect and no access, so that a reply with
+// data never answers an address with a token in it.
 auth_result authorize(const token_table& tokens, const http_request& r);
 
 // The Set-Cookie value that keeps @token for later requests of the page.
 std::string token_cookie(const std::string& token);
+// @target without its token= parameters (the others kept, in order), and
+// with a single leading '/' (a Location of "//elsewhere" would send the
+// browser to another host).
+std::string without_token(std::string_view target);
+// 303 to without_token(r.target), setting token_cookie(@token): the token
+// leaves the address bar and the history for a cookie.
+http_response token_redirect(const http_request& r, const std::string& token);
 
 // The dashboard's JSON ({"vms": [...], ...} as the daemon builds it from
 // what `magnet top` shows) for @who: a tenant gets its VM's row alone and

@@ -3,9 +3,12 @@
 // whole response, or a stream route whose connection stays open for
 // server-sent events.  Bounded: a request's header and body sizes, a
 // deadline to read a request (and to write the reply or an event), a
-// connection limit, and per stream at most a few events not yet written
-// (older ones are dropped and counted).  A bad request gets its 4xx and the
-// connection is closed; nothing a client sends is fatal.
+// connection limit with slots per class (event streams never take the
+// slots of plain requests such as /metrics), and per stream at most a few
+// events not yet written (older ones are dropped and counted).  Before any
+// route runs, the Host header must name this server (DNS rebinding).  Every
+// refusal (4xx, 5xx) ends its connection; nothing a client sends is fatal,
+// and no refusal touches another connection.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,21 @@ struct http_endpoint {
 };
 // "ADDR:PORT" or "[IPV6]:PORT" (PORT 0: any free port), numeric addresses only.
 result<http_endpoint> parse_http_endpoint(const std::string& s);
+
+// A name the server answers to, as a request's Host header gives it: a DNS
+// name, a numeric IPv4 address or a bracketed IPv6 one, with or without a
+// port.  Compared without regard to case; a name without a port matches
+// the Host with any port or none (the port is not what DNS rebinding
+// forges: the name is), one with a port only that port.
+struct http_host_name {
+  std::string name;  // lower case; IPv6 in brackets
+  std::optional<uint16_t> port;
+  std::string text() const;  // "name" or "name:port"
+  bool matches(const http_host_name& host) const;
+};
+// "NAME" or "NAME:PORT" (NAME: letters, digits, '-', '.', '_'; or IPv4; or
+// [IPv6]), as --http-host takes it and a Host header carries it.
+result<http_host_name> parse_http_host_name(std::string_view s);
 
 struct http_request {
   std::string method;  // as sent: GET, HEAD, ...
@@ -97,20 +115,38 @@ class http_stream {
 
 // What a stream route answers: a refusal (401, 403, ...) as a whole
 // response, or a stream handed to @on_open once its headers are written.
+// @share names whose streams it counts among (a token): at most
+// max_streams_per_share streams of one share are open; "" is no share (only
+// the total, max_streams, bounds it).
 struct stream_reply {
   std::optional<http_response> refuse;
+  std::string share;
   std::vector<std::pair<std::string, std::string>> headers;  // with the 200
   std::function<void(std::shared_ptr<http_stream>)> on_open;
 };
 
+// The bounds (docs/dashboard.md, "Connection slots", says why these
+// numbers).  Connections are of three classes: waiting for a request (or
+// ending), writing a reply, and event streams.  Streams take at most max_streams of the max_connections
+// slots (and max_streams_per_share of one token), so the rest are always
+// there for plain requests; a connection beyond the limit takes the slot of
+// the oldest one still waiting for its request, else of the oldest reply
+// being written for longer than slow_write_ms, else it is closed.
 struct http_options {
   size_t max_header_bytes = 8192;  // request line and headers: 431 beyond
   size_t max_body_bytes = 4096;    // 413 beyond
-  unsigned max_connections = 16;   // more are closed at once
-  unsigned read_timeout_ms = 5000;  // one request, from its first byte or the previous reply
-  unsigned write_timeout_ms = 10000;  // a reply, or one event of a stream: the connection ends beyond
-  size_t stream_queue = 2;            // per stream: events not yet written, the newest
-  int stream_sndbuf = 8192;           // per stream: SO_SNDBUF (the kernel's share; 0: its default)
+  unsigned max_connections = 64;   // open at once, every class
+  unsigned max_streams = 32;       // event streams of all shares (below max_connections)
+  unsigned max_streams_per_share = 4;  // event streams of one share (a token)
+  unsigned read_timeout_ms = 2000;     // a whole request, from the connection or the previous reply
+  unsigned write_timeout_ms = 10000;   // a reply, or one event of a stream: the connection ends beyond
+  unsigned slow_write_ms = 1000;       // a reply written longer: its slot may go to a new connection
+  size_t stream_queue = 2;             // per stream: events not yet written, the newest
+  int stream_sndbuf = 8192;            // per stream: SO_SNDBUF (the kernel's share; 0: its default)
+  // Names the server answers to besides the loopback names (localhost,
+  // 127.0.0.1, [::1]) and the bound address (each address of the host's
+  // interfaces when bound to 0.0.0.0 or [::]).
+  std::vector<http_host_name> hosts;
 };
 
 class http_server {
@@ -133,6 +169,11 @@ class http_server {
   void route_stream(const std::string& path, stream_handler h);
   http_endpoint local_endpoint() const;  // the port bound (for port 0)
   uint64_t refused() const;              // connections closed at the limit
+  uint64_t evicted() const;              // connections closed to make room for a new one
+  unsigned streams() const;              // event streams open
+  // Every name the Host header may carry (the loopback names, the bound
+  // address, http_options::hosts).
+  const std::vector<http_host_name>& host_names() const;
 
   struct state;
 
