@@ -44,18 +44,22 @@ using steady = std::chrono::steady_clock;
 // earns an error (a bad frame, a message over the rate, a refused one) is
 // a strike.  @max_strikes strikes, or more than @max_bytes read, within one
 // @window stop the reading of that channel for a backoff that doubles from
-// @backoff_min to @backoff_max, after which it is resynchronised; a strike
-// after @calm without one starts the backoff over.  Meanwhile its bytes
-// stay in the kernel's and QEMU's buffers (the guest's writes block), not
-// in the server.  Its error frames: at most one per @error_interval, the
-// next one saying how many were not sent.
+// @backoff_min to @backoff_max, after which it is resynchronised; after
+// @calm of reading without a pause the backoff starts over.  Meanwhile its
+// bytes stay in the kernel's and QEMU's buffers (the guest's writes block),
+// not in the server.  Its error frames: at most one per @error_interval,
+// the next one saying how many were not sent.
 //
 // A well-behaved peer is far from these: the agent sends a resync every
 // 250 ms until answered, then a hello, a subscribe (under 1 KiB) and a
-// ping a second.
+// ping a second.  Bytes that are no frame cost little to skip (a few
+// milliseconds per MiB, reads included) but strike only once per run, so
+// @max_bytes is what bounds them; it is large enough that what a flood
+// left in the buffers is skipped in one or two spells when it ends, so the
+// VM's own agent is not kept waiting for long.
 struct flood_limits {
   unsigned max_strikes = 8;
-  size_t max_bytes = 64u << 10;
+  size_t max_bytes = 1u << 20;
   std::chrono::milliseconds window{1000};
   std::chrono::milliseconds backoff_min{100}, backoff_max{5000};
   std::chrono::milliseconds calm{10000};
@@ -152,6 +156,7 @@ struct session_info {
   // not sent to it (flood_limits).
   uint64_t bytes_in = 0, reads = 0, read_ns = 0, pauses = 0, errors_unsent = 0;
   bool paused = false;
+  uint32_t backoff_ms = 0;  // the last pause's length
   std::string label;
 };
 
@@ -203,7 +208,6 @@ class server_session : public std::enable_shared_from_this<server_session> {
   // An error frame for the peer's bad input; on a resynchronising session
   // a strike, and sent at most once per flood_limits::error_interval.
   void answer_error(uint16_t code, const std::string& why, bool strike = true);
-  void strike(steady::time_point now);
   bool over_budget() const;
   void pause();
   void resume();
@@ -253,7 +257,7 @@ class server_session : public std::enable_shared_from_this<server_session> {
   unsigned strikes_ = 0;
   size_t window_bytes_ = 0;
   uint64_t unsent_since_error_ = 0;
-  steady::time_point window_start_{}, last_strike_{}, last_error_{};
+  steady::time_point window_start_{}, resumed_{}, last_error_{};
   std::chrono::milliseconds backoff_{0};
   guest_context guest_;  // guest peers: the key of this session's ids
 };

@@ -215,6 +215,7 @@ session_info server_session::info() const {
   i.pauses = pauses_;
   i.errors_unsent = errors_unsent_;
   i.paused = paused_;
+  i.backoff_ms = static_cast<uint32_t>(backoff_.count());
   i.label = label_;
   return i;
 }
@@ -279,16 +280,10 @@ bool server_session::over_budget() const {
   return strikes_ >= fl.max_strikes || window_bytes_ > fl.max_bytes;
 }
 
-void server_session::strike(steady::time_point now) {
-  if (now - last_strike_ >= owner_->limits().serial.calm) backoff_ = {};  // it behaved: start over
-  last_strike_ = now;
-  ++strikes_;
-}
-
-void server_session::answer_error(uint16_t code, const std::string& why, bool strikes) {
+void server_session::answer_error(uint16_t code, const std::string& why, bool strike) {
   if (!p_.resyncable) return queue_control(errmsg{code, why});
   const auto now = steady::now();
-  if (strikes) strike(now);
+  if (strike) ++strikes_;
   if (last_error_ != steady::time_point{} && now - last_error_ < owner_->limits().serial.error_interval) {
     ++errors_unsent_;
     ++unsent_since_error_;
@@ -305,6 +300,8 @@ void server_session::answer_error(uint16_t code, const std::string& why, bool st
 // Stops reading a flooding channel; its bytes wait in the kernel and QEMU.
 void server_session::pause() {
   const auto& fl = owner_->limits().serial;
+  // A channel read for @calm without a pause behaved: it starts over.
+  if (steady::now() - resumed_ >= fl.calm) backoff_ = {};
   backoff_ = backoff_.count() ? std::min(backoff_ * 2, fl.backoff_max) : fl.backoff_min;
   paused_ = true;
   ++pauses_;
@@ -326,7 +323,7 @@ void server_session::resume() {
   // found by its magic.
   rd_ = reader{};
   rd_.resync();
-  window_start_ = steady::now();
+  window_start_ = resumed_ = steady::now();
   strikes_ = 0;
   window_bytes_ = 0;
   read();

@@ -986,6 +986,54 @@ double p99(std::vector<double> v) {
   return v[std::min(v.size() - 1, (v.size() * 99 + 99) / 100 - 1)];
 }
 
+// A guest flooding its end of a channel from a thread of its own: @junk
+// (bytes that are no frame) and, with @pings, 64 valid pings after each
+// 4 KiB of it, as fast as the socket takes them, while @flooding; it reads
+// what comes back and counts the error frames.
+class flooder {
+ public:
+  flooder(int fd, bool pings) : fd_(fd), pings_(pings), t_([this] { loop(); }) {}
+  ~flooder() {
+    stop_ = true;
+    t_.join();
+  }
+  std::atomic<bool> flooding{true};
+  std::atomic<uint64_t> sent{0}, errors{0};
+
+ private:
+  void loop() {
+    std::vector<uint8_t> junk(4096, 'A'), pings;
+    if (pings_)
+      for (uint32_t i = 0; i < 64; ++i) (void)view::encode(pings, view::ping{i, 0}, i + 1, 0);
+    view::reader rd;
+    while (!stop_) {
+      bool moved = false;
+      for (const auto* b : {&junk, &pings}) {
+        ssize_t n = flooding && !b->empty() ? ::send(fd_, b->data(), b->size(), MSG_DONTWAIT | MSG_NOSIGNAL) : 0;
+        if (n > 0) sent += static_cast<uint64_t>(n), moved = true;
+      }
+      for (;;) {
+        auto room = rd.prepare();
+        ssize_t n = ::recv(fd_, room.data(), room.size(), MSG_DONTWAIT);
+        if (n <= 0) break;
+        moved = true;
+        rd.commit(static_cast<size_t>(n));
+        view::frame f;
+        error e;
+        while (rd.next(f, e) == view::reader::state::frame) errors += std::holds_alternative<view::errmsg>(f.m);
+      }
+      if (!moved) {
+        pollfd p{fd_, POLLIN | POLLOUT, 0};
+        ::poll(&p, 1, 5);
+      }
+    }
+  }
+  int fd_;
+  bool pings_;
+  std::atomic<bool> stop_{false};
+  std::thread t_;
+};
+
 // How many reading spells a flooded channel gets within @t: one, then one
 // after each backoff (flood_limits) that ends within @t.
 unsigned spells_within(std::chrono::nanoseconds t, const view::flood_limits& fl) {
@@ -1052,35 +1100,9 @@ TEST_F(DeliverTest, SerialFloodCostsTheHubABoundedShareAndDelaysNoOtherVm) {
   ASSERT_EQ(getsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, &len), 0);
   len = sizeof rcvbuf;
   ASSERT_EQ(getsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len), 0);
-  std::atomic<bool> stop{false}, flooding{false};
-  std::atomic<uint64_t> sent{0}, errors{0};
-  std::thread flooder([&, fd = sv[0]] {
-    std::vector<uint8_t> junk(4096, 'A'), pings;
-    for (uint32_t i = 0; i < 64; ++i) (void)view::encode(pings, view::ping{i, 0}, i + 1, 0);
-    view::reader rd;
-    while (!stop) {
-      bool moved = false;
-      for (const auto* b : {&junk, &pings}) {
-        ssize_t n = flooding ? ::send(fd, b->data(), b->size(), MSG_DONTWAIT | MSG_NOSIGNAL) : 0;
-        if (n > 0) sent += static_cast<uint64_t>(n), moved = true;
-      }
-      for (;;) {
-        auto room = rd.prepare();
-        ssize_t n = ::recv(fd, room.data(), room.size(), MSG_DONTWAIT);
-        if (n <= 0) break;
-        moved = true;
-        rd.commit(static_cast<size_t>(n));
-        view::frame f;
-        error e;
-        while (rd.next(f, e) == view::reader::state::frame)
-          errors += std::holds_alternative<view::errmsg>(f.m);
-      }
-      if (!moved) {
-        pollfd p{fd, POLLIN | POLLOUT, 0};
-        ::poll(&p, 1, 5);
-      }
-    }
-  });
+  auto flood = std::make_unique<flooder>(sv[0], true);
+  auto& flooding = flood->flooding;
+  flooding = false;
   constexpr auto kFlood = 6s;
   double idle_p99 = 0, flood_p99 = 0;
   size_t rounds = 0, idle_n = 0, flood_n = 0;
@@ -1099,8 +1121,8 @@ TEST_F(DeliverTest, SerialFloodCostsTheHubABoundedShareAndDelaysNoOtherVm) {
                 rounds + 1, flood_p99, idle_p99, flood_n, idle_n);
   }
   const auto flood_time = clk::now() - flood_start;
-  stop = true;
-  flooder.join();
+  const uint64_t sent = flood->sent, errors = flood->errors;
+  flood.reset();
   ::close(sv[0]);
   view::session_info f{};
   for (const auto& s : hub->sessions())
@@ -1109,16 +1131,16 @@ TEST_F(DeliverTest, SerialFloodCostsTheHubABoundedShareAndDelaysNoOtherVm) {
   const double secs = std::chrono::duration<double>(flood_time).count();
   std::printf("flood: %.1f s; the flooder sent %llu bytes, the hub read %llu in %llu reads, "
               "%.1f ms of handling, %llu pauses; %llu error frames sent to it, %llu not\n",
-              secs, static_cast<unsigned long long>(sent.load()),
+              secs, static_cast<unsigned long long>(sent),
               static_cast<unsigned long long>(f.bytes_in), static_cast<unsigned long long>(f.reads),
               f.read_ns / 1e6, static_cast<unsigned long long>(f.pauses),
-              static_cast<unsigned long long>(errors.load()), static_cast<unsigned long long>(f.errors_unsent));
+              static_cast<unsigned long long>(errors), static_cast<unsigned long long>(f.errors_unsent));
   // The other VM's frames kept their period.
   ASSERT_GE(idle_n, 20u);
   ASSERT_GE(flood_n, 45u);
   EXPECT_LE(flood_p99, 1.2 * idle_p99) << "in each of " << rounds << " rounds";
   // Error frames: at most one a second (and the first).
-  EXPECT_LE(errors.load(), 1 + static_cast<uint64_t>(secs / std::chrono::duration<double>(fl.error_interval).count()));
+  EXPECT_LE(errors, 1 + static_cast<uint64_t>(secs / std::chrono::duration<double>(fl.error_interval).count()));
   EXPECT_GT(f.errors_unsent, 0u) << "the others are counted";
   // Pauses with a doubling backoff from 100 ms: each reading spell ends at
   // the byte budget or the strikes (plus the one read that crossed it).
@@ -1128,8 +1150,68 @@ TEST_F(DeliverTest, SerialFloodCostsTheHubABoundedShareAndDelaysNoOtherVm) {
   const uint64_t spell = fl.max_bytes + view::kMaxFrame;
   EXPECT_LE(f.bytes_in, spells * spell);
   // What the flooder got into the socket beyond that stayed in the kernel.
-  EXPECT_LE(sent.load(), spells * spell + static_cast<uint64_t>(sndbuf) + static_cast<uint64_t>(rcvbuf));
+  EXPECT_LE(sent, spells * spell + static_cast<uint64_t>(sndbuf) + static_cast<uint64_t>(rcvbuf));
   EXPECT_LT(static_cast<double>(f.read_ns), 0.05 * secs * 1e9) << "the hub's time in the flooder's reads";
+}
+
+// Bytes that are no frame at all strike once (the rest is skipped looking
+// for a magic, which is cheap): the byte budget is what pauses them.
+TEST_F(DeliverTest, SerialJunkIsBoundedByTheByteBudget) {
+  start();
+  auto c = hello(1, transport::serial);
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t sent = 0, errors = 0;
+  {
+    flooder junk(c->fd, false);
+    run(3s, {});
+    sent = junk.sent;
+    errors = junk.errors;
+  }
+  const auto& fl = opt.serial_flood;
+  const unsigned spells = spells_within(std::chrono::steady_clock::now() - t0, fl);
+  auto s = hub->sessions();
+  ASSERT_EQ(s.size(), 1u);
+  std::printf("junk: the flooder sent %llu bytes, the hub read %llu in %llu reads (%.1f ms), %llu pauses, "
+              "%llu error frames\n",
+              static_cast<unsigned long long>(sent), static_cast<unsigned long long>(s[0].bytes_in),
+              static_cast<unsigned long long>(s[0].reads), s[0].read_ns / 1e6,
+              static_cast<unsigned long long>(s[0].pauses), static_cast<unsigned long long>(errors));
+  EXPECT_GE(s[0].pauses, 3u);
+  EXPECT_LE(s[0].pauses, spells);
+  EXPECT_GT(s[0].bytes_in, fl.max_bytes) << "read up to the budget";
+  EXPECT_LE(s[0].bytes_in, spells * (fl.max_bytes + view::kMaxFrame));
+  EXPECT_LE(errors, 4u);
+  EXPECT_FALSE(c->eof);
+}
+
+// The backoff doubles with each pause, and starts over after a calm
+// period of reading without one.
+TEST_F(DeliverTest, SerialBackoffDoublesAndStartsOverAfterACalmPeriod) {
+  opt.serial_flood.calm = 700ms;
+  start();
+  auto c = hello(1, transport::serial);
+  // Ten bad frames (each run of junk before a ping; after a resume the
+  // first run is skipped looking for a magic, so nine strike).
+  auto burst = [&] {
+    std::vector<uint8_t> b;
+    for (uint32_t i = 0; i < 10; ++i) {
+      b.insert(b.end(), {'x', 'y', 'z'});
+      (void)view::encode(b, view::ping{i, 0}, i + 2, 0);
+    }
+    c->send_raw(b);
+  };
+  auto session = [&] { return hub->sessions().at(0); };
+  std::vector<uint32_t> backoffs;
+  for (int i = 0; i < 4; ++i) {
+    if (i == 3) run(800ms, {c.get()});  // calm
+    const uint64_t before = session().pauses;
+    burst();
+    EXPECT_TRUE(run(1s, {c.get()}, [&] { return session().pauses > before; })) << i;
+    backoffs.push_back(session().backoff_ms);
+    EXPECT_TRUE(run(2s, {c.get()}, [&] { return !session().paused; })) << i;
+  }
+  EXPECT_EQ(backoffs, (std::vector<uint32_t>{100, 200, 400, 100}));
+  EXPECT_FALSE(c->eof);
 }
 
 }  // namespace
