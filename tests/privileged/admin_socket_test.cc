@@ -162,7 +162,8 @@ TEST(AdminSocket, AcceptingGoesOnAfterAcceptErrors) {
     std::strncpy(sa.sun_path, sock.c_str(), sizeof sa.sun_path - 1);
     ASSERT_GE(fd, 0);
     idle.v.push_back(fd);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0)
+        << "client " << i << ": " << std::strerror(errno) << "\n" << d.stderr_text();
   }
   EXPECT_TRUE(d.wait_for_stderr("[admin.accept_error]")) << d.stderr_text();
   idle.close_all();
