@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "guest_leaks.h"
 #include "lab_fixture.h"
 
 #define REQUIRE_LAB()                              \
@@ -45,7 +46,11 @@ class HostSide {
     if (nested_) return lab_->Run("labhost", cmd, timeout_s);
     return RunProcess({"sh", "-c", cmd}, timeout_s);
   }
+  // MAGNET_E2E_MAGNET: another build's daemon against this build's guests,
+  // to show a new test failing on older code first (nested mode: its path
+  // in the lab host, e.g. under /mnt/magnetbuild).
   std::string Magnet() const {
+    if (const char* m = getenv("MAGNET_E2E_MAGNET"); m && *m) return m;
     return nested_ ? "/mnt/magnetbuild/host/magnet" : BuildDir() + "/host/magnet";
   }
   bool nested() const { return nested_; }
@@ -544,6 +549,60 @@ void ReconnectChecks(Lab* lab, Daemon& d) {
 }
 
 // ==========================================================================================
+// A guest root that speaks the view protocol itself (magnet-adversary
+// events, in g2) while g1 sends UDP from a fixed port: everything g2
+// receives, for every type, is checked against what the host side knows
+// (guest_leaks.h): no host task name or tid, no kernel address, nothing of
+// g1, every header's VM/task/CPU zero; its subscription naming host-only
+// types is refused by name and the session goes on.  @target: where g1's
+// and g2's traffic goes; @g2_cmd: how g2 runs the adversary.
+void RawProtocolGuestChecks(Lab* lab, const HostSide& h, const std::string& target, const std::string& g2_cmd,
+                            double secs) {
+  const Bounds& b = LabBounds();
+  const std::string procs = "cat /proc/[0-9]*/task/[0-9]*/comm 2>/dev/null; true";
+  HostTruth t;
+  const int ncpus = std::stoi("0" + Trim(h.Sh("nproc").out));
+  AddHostNames(t, h.Sh(procs).out, ncpus);
+  constexpr uint16_t kCport = 5742, kPort = 5741;
+  t.foreign_ipv4 = {"10.77.0.11"};
+  t.foreign_flows = {UdpFlowId("10.77.0.11", kCport, target, kPort), UdpFlowId(target, kPort, "10.77.0.11", kCport)};
+  ASSERT_EQ(lab->Run("g1", "(iperf3 -c " + target + " -p " + std::to_string(kPort) + " --cport " +
+                               std::to_string(kCport) + " -u -b 2M -l 1200 -t " + std::to_string(int(secs) + 6) +
+                               " >/dev/null 2>&1 &)").status, 0);
+  sleep(2);
+  auto r = lab->Run("g2", "(ping -c " + std::to_string(int(secs) + 2) + " " + target + " >/dev/null 2>&1 &); " + g2_cmd,
+                    b.Work(secs));
+  AddHostNames(t, h.Sh(procs).out, ncpus);
+  t.own_vcpus = VcpuTids(h.Sh("grep -H . /proc/$(cat /run/libvirt/qemu/g2.pid)/task/*/comm").out);
+  ASSERT_FALSE(t.own_vcpus.empty()) << "g2's vCPU threads";
+  auto j = json::parse(Trim(r.out), nullptr, false);
+  ASSERT_TRUE(j.is_object() && !j.contains("connect_error")) << r.Describe().substr(0, 4000);
+  std::string types;
+  for (const auto& [name, v] : j["types"].items())
+    types += " " + name + "=" + std::to_string(v.value("records", 0));
+  std::printf("[e2e] g2 (%s) got %llu records in %.0f s:%s; %zu host task names known, g2's vCPU tids %zu\n",
+              j.value("transport", "?").c_str(), j.value("records_total", 0ull), secs, types.c_str(), t.names.size(),
+              t.own_vcpus.size());
+  EXPECT_FALSE(j.value("closed", true)) << "the session stays up";
+  EXPECT_GT(j.value("records_total", 0), 0) << "records arrive: nothing else to check otherwise";
+  const auto leaks = GuestLeaks(j, t);
+  std::string shown;
+  for (size_t i = 0; i < leaks.size() && i < 40; ++i) shown += "  " + leaks[i].substr(0, 300) + "\n";
+  EXPECT_TRUE(leaks.empty()) << leaks.size() << " leaks, the first:\n" << shown;
+  // The subscription naming host-only types: an error naming each, and the
+  // subscription in force goes on (records and stats after it).
+  bool refused = false;
+  for (const auto& e : j["errors"]) {
+    const std::string text = e.value("text", "");
+    refused |= e.value("code", 0) == MAGNET_VERR_BAD_SUBSCRIBE && text.find("proc.fork") != std::string::npos &&
+               text.find("net.l4.send") != std::string::npos;
+  }
+  EXPECT_TRUE(refused) << "a subscribe naming proc.fork and net.l4.send is refused by name: " << j["errors"].dump();
+  EXPECT_GT(j.value("records_after_refusal", 0), 0) << "records go on after the refusal";
+  EXPECT_GT(j.value("stats_after_refusal", 0), 0) << "stats go on after the refusal";
+}
+
+// ==========================================================================================
 // Direct mode: two TCG guests, the view over virtio-serial.
 class GuestViewDirect : public TwoGuestDirectSuite {};
 
@@ -682,6 +741,43 @@ TEST_F(GuestViewDirect, AvailableBandwidthOnALinkWhoseCapacityTheTestSets) {
   sleep(10);
   auto after = View(lab(), "g1");
   EXPECT_NEAR(after.get("link.available_bps") / 20e6, 1.0, 0.05) << "alone again: " << after.text;
+}
+
+// A guest root stops its own agent and speaks the protocol itself on its
+// virtio-serial view channel (issue 18: it used to get host task names,
+// tids and kernel addresses by the thousand).  Its agent is started again
+// and comes back.
+TEST_F(GuestViewDirect, RawProtocolGuestOnItsViewChannelGetsNothingOfTheHostOrTheOtherGuest) {
+  REQUIRE_LAB();
+  HostSide h(lab(), false);
+  Wire w("");
+  Daemon d(h, "--vsock off", "raw");
+  d.Start();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "virtio-serial"), false) << d.Log();
+  ASSERT_EQ(h.Sh("(ip netns exec " + w.ns + " timeout " + std::to_string(bounds().Linger(20)) +
+                 " iperf3 -s -1 -p 5741 >/dev/null 2>&1 &)").status, 0);
+  ASSERT_TRUE(WaitFor([&] { return Listening(w.ns, 5741); }, bounds().Ready())) << "iperf3 server in " << w.ns;
+  // The channel takes one opener: g2's agent is stopped for the test, and
+  // started again however the test ends.
+  auto stop = lab()->Run("g2", "p=$(cat /run/magnet-agent.pid); kill $p; for i in $(seq 50); do "
+                               "kill -0 $p 2>/dev/null || break; sleep 0.1; done; ! kill -0 $p 2>/dev/null");
+  ASSERT_EQ(stop.status, 0) << stop.Describe();
+  struct Restart {
+    Lab* lab;
+    bool done = false;
+    int Now() {
+      done = true;
+      return lab->Run("g2", "(/usr/bin/magnet-agent >>/run/magnet-agent.log 2>&1 </dev/null & "
+                            "echo $! >/run/magnet-agent.pid)").status;
+    }
+    ~Restart() {
+      if (!done) Now();
+    }
+  } restart{lab()};
+  RawProtocolGuestChecks(lab(), h, "10.77.0.250", "magnet-adversary --serial events 8", 8);
+  ASSERT_EQ(restart.Now(), 0);
+  EXPECT_TRUE(d.WaitSessions({"g1", "g2"}, "virtio-serial")) << "g2's agent is back on its channel\n" << d.Log();
+  EXPECT_EQ(d.Log().find("[deliver.refused] vm g1"), std::string::npos) << "g1 did nothing wrong";
 }
 
 TEST_F(GuestViewDirect, AgentsReconnectWithinTwoSecondsOfTheDaemonsReturn) {
@@ -863,6 +959,20 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
       << "the flood is in the log";
   EXPECT_EQ(log.find("[deliver.refused] vm g1"), std::string::npos) << "g1 did nothing wrong";
   (void)loop;
+}
+
+// The same over vsock: g2's root speaks the protocol itself beside its
+// agent (a VM may hold four vsock connections).
+TEST_F(GuestViewNested, RawProtocolGuestOverVsockGetsNothingOfTheHostOrTheOtherGuest) {
+  REQUIRE_LAB();
+  HostSide h(lab(), true);
+  Daemon d(h, "", "raw");
+  d.Start();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock"), false) << d.Log();
+  ASSERT_EQ(h.Sh("(timeout " + std::to_string(bounds().Linger(20)) + " iperf3 -s -1 -p 5741 >/dev/null 2>&1 &)").status, 0);
+  sleep(1);
+  RawProtocolGuestChecks(lab(), h, "10.77.0.1", "magnet-adversary events 8", 8);
+  EXPECT_TRUE(d.WaitSessions({"g1", "g2"}, "vsock")) << "the agents' sessions go on";
 }
 
 // The lab host's libvirtd restarted under a running daemon with both
