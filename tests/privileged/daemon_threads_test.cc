@@ -23,29 +23,8 @@ namespace magnet {
 namespace {
 
 using test::child;
+using test::admin_query;
 
-// One request line, one reply line.
-std::string query(const std::string& sock, const std::string& line) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  std::strncpy(sa.sun_path, sock.c_str(), sizeof sa.sun_path - 1);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    out = std::string("connect: ") + std::strerror(errno);
-  } else {
-    std::string req = line + "\n";
-    (void)!write(fd, req.data(), req.size());
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) {
-      out.append(buf, static_cast<size_t>(n));
-      if (out.back() == '\n') break;
-    }
-  }
-  close(fd);
-  return out;
-}
 
 TEST(DaemonThreads, ManyQueriesAndReloadsWhileTheRegistryFollowsLibvirt) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
@@ -66,7 +45,7 @@ TEST(DaemonThreads, ManyQueriesAndReloadsWhileTheRegistryFollowsLibvirt) {
     clients.emplace_back([&, c] {
       for (int r = 0; r < kRounds; ++r)
         for (const auto& req : requests) {
-          std::string a = query(sock, req);
+          std::string a = admin_query(sock, req);
           bool expect_error = req == "nonsense" || req == "stats nosuch";
           bool good = a.back() == '\n' && a.rfind(expect_error ? "error " : "ok ", 0) == 0 &&
                       (req != "vms" || a.find("\"name\":\"test\"") != std::string::npos);
@@ -86,7 +65,7 @@ TEST(DaemonThreads, ManyQueriesAndReloadsWhileTheRegistryFollowsLibvirt) {
   // A mark answers with the moment of its change on this host's clock (bench/deliver times from it).
   timespec before{}, after{};
   clock_gettime(CLOCK_MONOTONIC, &before);
-  const std::string mark = query(sock, "mark test 2");
+  const std::string mark = admin_query(sock, "mark test 2");
   clock_gettime(CLOCK_MONOTONIC, &after);
   std::smatch m;
   ASSERT_TRUE(std::regex_match(mark, m, std::regex(R"(ok \{"changed_ns":(\d+)\}\n)"))) << mark;

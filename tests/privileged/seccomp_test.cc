@@ -29,6 +29,7 @@ namespace magnet {
 namespace {
 
 using test::child;
+using test::admin_query;
 using test::run;
 
 // "Seccomp:" of each thread of @pid (0 none, 2 filter), by thread id.
@@ -48,28 +49,6 @@ std::map<pid_t, std::string> seccomp_modes(pid_t pid) {
   return out;
 }
 
-// One request line, one reply line.
-std::string query(const std::string& sock, const std::string& line) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  std::strncpy(sa.sun_path, sock.c_str(), sizeof sa.sun_path - 1);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    out = std::string("connect: ") + std::strerror(errno);
-  } else {
-    std::string req = line + "\n";
-    (void)!write(fd, req.data(), req.size());
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) {
-      out.append(buf, static_cast<size_t>(n));
-      if (out.back() == '\n') break;
-    }
-  }
-  close(fd);
-  return out;
-}
 
 // Reads the dashboard's event stream on 127.0.0.1:@port until @events
 // events came (or 10 s passed), then goes; returns how many came.
@@ -167,7 +146,7 @@ TEST(Seccomp, AForbiddenCallOnAnyThreadKillsTheDaemonWithSigsysAndSaysWhich) {
     for (const auto& [tid, mode] : seccomp_modes(d.pid())) EXPECT_EQ(mode, "0") << "thread " << tid;
     ASSERT_EQ(tgkill(d.pid(), d.pid(), SIGUSR2), 0);
     EXPECT_TRUE(d.wait_for_stderr("[test.forbidden_syscall] syslog(2) returned")) << d.stderr_text();
-    EXPECT_EQ(query(sock, "top").rfind("ok {", 0), 0u) << "still serving";
+    EXPECT_EQ(admin_query(sock, "top").rfind("ok {", 0), 0u) << "still serving";
     EXPECT_EQ(d.stop(SIGTERM), 0) << d.stderr_text();
   }
 }
@@ -229,10 +208,10 @@ TEST(Seccomp, TheDaemonsWorkRunsUnderTheFilterToItsDrain) {
   const int port = std::stoi(m[1]);
   for (const std::string& req : std::vector<std::string>{"top", "vms", "views", "views " + name, "stats " + name, "kvm 1",
                                 "sessions", "mark " + name + " 3"}) {
-    auto a = query(sock, req);
+    auto a = admin_query(sock, req);
     EXPECT_EQ(a.rfind("ok ", 0), 0u) << req << ": " << a;
   }
-  EXPECT_EQ(query(sock, "nonsense").rfind("error unknown request", 0), 0u);
+  EXPECT_EQ(admin_query(sock, "nonsense").rfind("error unknown request", 0), 0u);
   for (const std::string& target : std::vector<std::string>{"/metrics", "/", "/api/vms", "/api/vm/" + name + "/views"}) {
     auto [status, body] = test::http_get(port, target);
     EXPECT_EQ(status, 200) << target << ": " << body.substr(0, 300);
@@ -258,7 +237,7 @@ TEST(Seccomp, TheDaemonsWorkRunsUnderTheFilterToItsDrain) {
   EXPECT_GE(modes.size(), 2u) << "the io thread and the registry's";
   for (const auto& [tid, mode] : modes) EXPECT_EQ(mode, "2") << "thread " << tid << " filtered";
   ASSERT_EQ(kill(d.pid(), SIGHUP), 0);
-  EXPECT_EQ(query(sock, "top").rfind("ok {", 0), 0u);
+  EXPECT_EQ(admin_query(sock, "top").rfind("ok {", 0), 0u);
   EXPECT_EQ(d.stop(SIGTERM), 0) << d.stderr_text();
   EXPECT_NE(d.stderr_text().find("[stopped]"), std::string::npos) << d.stderr_text();
   EXPECT_EQ(d.stderr_text().find("[seccomp.violation] syscall"), std::string::npos) << d.stderr_text();

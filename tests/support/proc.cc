@@ -8,13 +8,16 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -333,6 +336,28 @@ tcp_transfer_result tcp_transfer(const veth_pair& v, size_t total, uint16_t spor
   res.client_rc = client.join();
   res.server_rc = server.join();
   return res;
+}
+
+std::string admin_query(const std::string& sock, const std::string& line) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, sock.c_str(), sizeof sa.sun_path - 1);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    out = std::string("connect: ") + std::strerror(errno);
+  } else {
+    std::string req = line + "\n";
+    (void)!write(fd, req.data(), req.size());
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) {
+      out.append(buf, static_cast<size_t>(n));
+      if (out.back() == '\n') break;
+    }
+  }
+  close(fd);
+  return out;
 }
 
 }  // namespace magnet::test

@@ -22,6 +22,10 @@ run_result run(const std::vector<std::string>& argv, int timeout_s = 60);
 // Shell convenience for setup commands; throws on failure.
 void sh(const std::string& cmd);
 
+// One request line to the daemon's admin socket @sock, one reply line
+// back ("connect: <why>" when it cannot connect).
+std::string admin_query(const std::string& sock, const std::string& line);
+
 // A background process with stderr to a file.
 class child {
  public:
