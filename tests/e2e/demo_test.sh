@@ -6,13 +6,20 @@
 #   demo_test.sh SOURCE_DIR BUILD_DIR SUITE_TIMEOUT
 set -uo pipefail
 src=$1 build=$2
+# On tools/test's one direct lab when it gives one (docs/lab.md), else, as a
+# user's run, on a lab of its own.
+reuse=()
+if [[ -n ${MAGNET_E2E_SHARED_LAB:-} ]]; then
+  export MAGNET_LAB_STATE=$MAGNET_E2E_SHARED_LAB
+  reuse=(--reuse-lab)
+fi
 # ctest's bound on this suite (tests/e2e/CMakeLists.txt), less the lab's
 # teardown bound (docs/lab.md, "Bounds"): tools/demo then ends its lab itself.
 bound=$(( $3 - $("$src/tools/lab" bound down) ))
 out=$(mktemp /tmp/magnet-demo-test.XXXXXX)
 trap 'rm -f "$out"' EXIT
 
-MAGNET_BUILD_DIR=$build timeout "$bound" "$src/tools/demo" >"$out" 2>&1
+MAGNET_BUILD_DIR=$build timeout "$bound" "$src/tools/demo" "${reuse[@]}" >"$out" 2>&1
 rc=$?
 fail() { echo "demo_test: $*"; echo "----- tools/demo output -----"; cat "$out"; exit 1; }
 [[ $rc == 0 ]] || fail "tools/demo exited with $rc"
