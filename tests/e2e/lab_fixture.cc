@@ -265,7 +265,8 @@ std::string Lab::Attach(int guests) {
   if (!why.empty()) return why;
   for (int i = 1; i <= guests; ++i) {
     const std::string g = "g" + std::to_string(i);
-    auto r = Run(g, "true");
+    // A domain bound: the suite before may have just started it again (its own guest's boot).
+    auto r = Run(g, "true", bounds_.Domain());
     if (r.status != 0) return g + " of the lab in " + state_dir_ + " does not answer: " + r.Describe();
   }
   return "";
@@ -405,16 +406,25 @@ void LabSuite::BringUp(const std::string& mode, int guests) {
   up_error_.clear();
   guests_.clear();
   for (int i = 1; i <= guests; ++i) guests_.push_back("g" + std::to_string(i));
-  // tools/test's one direct lab for the direct suites (docs/lab.md): used as it is, left up.
-  const char* shared = getenv("MAGNET_E2E_SHARED_LAB");
-  shared_ = mode == "direct" && shared && *shared;
+  // tools/test's one lab of this mode for its suites (docs/lab.md): used as it is, left up.
+  const char* shared = getenv(mode == "nested" ? "MAGNET_E2E_SHARED_NESTED_LAB" : "MAGNET_E2E_SHARED_LAB");
+  shared_ = shared && *shared;
   if (shared_) {
     lab_ = new Lab(mode, shared);
     const std::string why = lab_->Attach(guests);
     std::cout << "[e2e] the shared " << mode << " lab in " << shared << ": "
               << (why.empty() ? "every guest answers" : why) << "\n"
               << std::flush;
-    if (!why.empty()) up_error_ = "the shared direct lab (tools/test) is not usable: " + why;
+    if (why.empty()) return;
+    // A direct lab is never brought up again; a nested one can die between two suites as under
+    // a test, and is brought up again as before a test (SetUp).
+    if (mode == "direct") {
+      up_error_ = "the shared direct lab (tools/test) is not usable: " + why;
+      return;
+    }
+    BringUpAgain(std::string(::testing::UnitTest::GetInstance()->current_test_suite()->name()) +
+                     ".lab-died-before-the-suite",
+                 why);
     return;
   }
   lab_ = new Lab(mode, "/run/magnet-lab-e2e-" + mode);
@@ -473,11 +483,14 @@ void LabSuite::SetUp() {
   const std::string why = NestedLabGone();
   if (why.empty()) return;
   auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string dest =
-      ArtifactDir(std::string(info->test_suite_name()) + ".lab-died-before-" + info->name());
+  BringUpAgain(std::string(info->test_suite_name()) + ".lab-died-before-" + info->name(), why);
+}
+
+void LabSuite::BringUpAgain(const std::string& what, const std::string& why) {
+  const std::string dest = ArtifactDir(what);
   lab_->CollectLogs(dest);
-  std::cout << "[e2e] RECOVER: the nested lab died before " << info->test_suite_name() << "." << info->name()
-            << ": " << why << "; its logs: " << dest << "; bringing it up again\n"
+  std::cout << "[e2e] RECOVER: " << what << ": the nested lab died: " << why << "; its logs: " << dest
+            << "; bringing it up again\n"
             << std::flush;
   lab_->Down();
   auto r = lab_->Up(static_cast<int>(guests_.size()));

@@ -128,8 +128,9 @@ void UnregisterEmergencyTeardown(const Lab& lab);
 // with factor 1 when no lab is up.
 const Bounds& LabBounds();
 
-// Base fixture: one lab per suite, or (direct mode, MAGNET_E2E_SHARED_LAB set) tools/test's one
-// direct lab for all the direct suites, used as it is and left up.  Derived suites call BringUp
+// Base fixture: one lab per suite, or (MAGNET_E2E_SHARED_LAB, MAGNET_E2E_SHARED_NESTED_LAB set)
+// tools/test's one lab of the suite's mode for all its suites, used as it is and left up (a
+// nested one that died is brought up again, a direct one never).  Derived suites call BringUp
 // in their SetUpTestSuite (see e2e_test.cc).  On a failed test the logs and the guest consoles
 // are copied to ArtifactDir(<suite>.<test>) and the console tails printed.
 //
@@ -154,7 +155,12 @@ class LabSuite : public ::testing::Test {
   static Lab* lab_;
   static std::string up_error_;
   static std::vector<std::string> guests_;
-  static bool shared_;  // tools/test's shared direct lab (MAGNET_E2E_SHARED_LAB): left up
+  // tools/test's shared lab of the suite's mode (MAGNET_E2E_SHARED_LAB, direct;
+  // MAGNET_E2E_SHARED_NESTED_LAB, nested): left up.
+  static bool shared_;
+  // A nested lab that died (@why): keeps its logs in ArtifactDir(@what), says so ("[e2e]
+  // RECOVER:") and brings it up again; up_error_ when that fails.
+  static void BringUpAgain(const std::string& what, const std::string& why);
   friend const Bounds& LabBounds();
 };
 
