@@ -915,8 +915,17 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
       bounds().Work(kGuestBursts * 0.2), 500))
       << host_churn;
   EXPECT_EQ(answered(host_churn), kHostChurners * kHostChurn) << host_churn;
+  // A reader that never reads is cut off when a write has waited 5 s (the
+  // daemon logs "slow reader").  A connection closed at once says nothing of
+  // that rule: in four runs (2026-11-26) this one ended after 0.05-0.98 s,
+  // also when made 12 s after the churn and after a well-behaved session of
+  // g2 got frames again (so not the accept rate), the daemon logging that the
+  // guest closed it ("the peer closed it") and no "slow reader".  Open: the
+  // guest's vsock (its 4 KiB SO_RCVBUF?) hanging up is the suspect.
   auto deaf = adv("never-read 12", 12);
   EXPECT_TRUE(deaf.value("closed", false)) << "a reader that never reads is cut off: " << deaf.dump();
+  EXPECT_GE(deaf.value("closed_after_s", 0.0), 4.0) << "cut off for not reading (the 5 s write deadline), not at once: "
+                                                    << deaf.dump();
   // The host itself over vsock loopback, and this machine's own CID.
   auto loop = h.Sh("echo x | socat -T " + std::to_string(bounds().Quick()) +
                    " - VSOCK-CONNECT:1:5300 | head -c 200 | od -c | head -3; true");
@@ -949,11 +958,14 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
               w.value("frames", 0), w.value("p99_gap_ms", 0.0), w.value("max_gap_ms", 0.0), base_p99,
               base_gap, base.value("frames", 0));
   // Every attempt is in the log, with the VM and a stable id.
-  std::string log = d.Log();
+  std::string log = d.Log(), deliver_lines;
+  for (const auto& l : SplitLines(log))  // what the delivery said (the log opens with its setup)
+    if (l.find("[deliver.") != std::string::npos) deliver_lines += l + "\n";
+  if (deliver_lines.size() > 8000) deliver_lines = deliver_lines.substr(deliver_lines.size() - 8000);
   for (const std::string s :
        {"[deliver.refused] vm g2", "bad magic", "exceeds the maximum", "did not complete within",
         "slow reader", "vsock connection from cid 1 refused"})
-    EXPECT_NE(log.find(s), std::string::npos) << "missing from the daemon's log: " << s << "\n" << log.substr(0, 6000);
+    EXPECT_NE(log.find(s), std::string::npos) << "missing from the daemon's log: " << s << "\n" << deliver_lines;
   EXPECT_TRUE(log.find("replies not read") != std::string::npos ||
               log.find("messages per second") != std::string::npos)
       << "the flood is in the log";
