@@ -25,7 +25,8 @@
 //     oversize                a header announcing a body of 1 MiB
 //     truncated               half a frame, then silence
 //     byte-at-a-time MS       a valid subscribe, one byte every MS ms
-//     never-read SECONDS      subscribe every 20 ms (with events), never read
+//     never-read SECONDS [RCVBUF]  subscribe every 20 ms (with events), never
+//                             read (SO_RCVBUF RCVBUF first, 4096; 0: not set)
 //     churn N                 N connects and disconnects, as fast as it can
 //     flood                   pings as fast as it can
 //     watch SECONDS PERIOD    a well-behaved session: frames, the longest
@@ -447,11 +448,11 @@ int byte_at_a_time(int ms) {
   return 0;
 }
 
-int never_read(int seconds) {
+// @rcvbuf > 0: SO_RCVBUF set to it first (0: the socket's own).
+int never_read(int seconds, int rcvbuf) {
   int fd = dial();
   if (fd < 0) return fail_dial("never-read", fd);
-  int small = 4096;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   send_all(fd, frame(view::hello{}));
   send_all(fd, frame(view::subscribe{20, MAGNET_VMODE_PERIODIC, MAGNET_VSUB_EVENTS, {}, {}}, 2));
   // Never read; see whether the host gives up on this connection.
@@ -589,13 +590,13 @@ int run(std::vector<std::string> a) {
     return raw("truncated", b, 4000);
   }
   if (m == "byte-at-a-time") return byte_at_a_time(std::atoi(arg(1, "200").c_str()));
-  if (m == "never-read") return never_read(std::atoi(arg(1, "15").c_str()));
+  if (m == "never-read") return never_read(std::atoi(arg(1, "15").c_str()), std::atoi(arg(2, "4096").c_str()));
   if (m == "churn") return churn(std::atoi(arg(1, "1000").c_str()));
   if (m == "flood") return flood();
   if (m == "watch") return watch(std::atoi(arg(1, "10").c_str()), std::atoi(arg(2, "100").c_str()));
   std::fprintf(stderr,
                "usage: magnet-adversary forged-hello NAME UUID | events S [MAX] | malformed | oversize |"
-               " truncated | byte-at-a-time MS | never-read S | churn N | flood | watch S PERIOD_MS"
+               " truncated | byte-at-a-time MS | never-read S [RCVBUF] | churn N | flood | watch S PERIOD_MS"
                " [--cid C] [--port P] [--unprivileged-port] [--serial [PATH]]\n");
   return 2;
 }
