@@ -3,7 +3,7 @@
 // is its own hypervisor's).  Each mode tries one thing against the host
 // daemon and prints one JSON line saying what the host did.
 //
-//   magnet-adversary MODE [--cid C] [--port P] [--unprivileged-port]
+//   magnet-adversary MODE [--cid C] [--port P] [--src-port P] [--unprivileged-port]
 //                         [--serial [PATH]] [args]
 //     (vsock by default, from a source port below 1024, as the guest's root
 //     does; --unprivileged-port: from one the kernel picks, as any user
@@ -68,6 +68,7 @@ using json = nlohmann::json;
 
 uint32_t g_cid = VMADDR_CID_HOST, g_port = MAGNET_VIEW_VSOCK_PORT;
 bool g_privileged = true;
+uint32_t g_src_port = 0;  // --src-port: this source port, not the first free one below 1024
 bool g_serial = false;
 std::string g_serial_path;  // empty: the port named org.magnet.view.0
 
@@ -82,7 +83,17 @@ void print(const json& j) { std::puts(j.dump(-1, '?', false, json::error_handler
 int dial_vsock() {
   int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
-  if (g_privileged)
+  if (g_src_port) {
+    sockaddr_vm me{};
+    me.svm_family = AF_VSOCK;
+    me.svm_cid = VMADDR_CID_ANY;
+    me.svm_port = g_src_port;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof me) != 0) {
+      int e = errno;
+      close(fd);
+      return -e;
+    }
+  } else if (g_privileged)
     if (auto p = bind_reserved_vsock_port(fd); !p) {
       close(fd);
       return -p.err().code;
@@ -572,6 +583,7 @@ int run(std::vector<std::string> a) {
   }
   g_cid = static_cast<uint32_t>(std::stoul(take_option(a, "--cid", std::to_string(g_cid))));
   g_port = static_cast<uint32_t>(std::stoul(take_option(a, "--port", std::to_string(g_port))));
+  g_src_port = static_cast<uint32_t>(std::stoul(take_option(a, "--src-port", "0")));
   auto arg = [&](size_t i, const char* def) { return i < a.size() ? a[i] : std::string(def); };
   const std::string m = arg(0, "");
   if (m == "forged-hello") return forged_hello(arg(1, "g1"), arg(2, ""));
@@ -597,7 +609,7 @@ int run(std::vector<std::string> a) {
   std::fprintf(stderr,
                "usage: magnet-adversary forged-hello NAME UUID | events S [MAX] | malformed | oversize |"
                " truncated | byte-at-a-time MS | never-read S [RCVBUF] | churn N | flood | watch S PERIOD_MS"
-               " [--cid C] [--port P] [--unprivileged-port] [--serial [PATH]]\n");
+               " [--cid C] [--port P] [--src-port P] [--unprivileged-port] [--serial [PATH]]\n");
   return 2;
 }
 
