@@ -9,26 +9,32 @@
 #include <linux/vm_sockets.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <random>
 #include <string>
 
 #include "magnet/result.h"
 
 namespace magnet {
 
-// From the top down, as sunrpc's xprt_max_resvport..xprt_min_resvport:
-// 512 ports is more than one guest's root ever holds at once, and ports
-// below 512 stay free for anything else that wants a fixed one.
+// The range of sunrpc's xprt_min_resvport..xprt_max_resvport: 512 ports is
+// more than one guest's root ever holds at once, and ports below 512 stay
+// free for anything else that wants a fixed one.
 inline constexpr uint32_t kReservedPortHigh = 1023, kReservedPortLow = 512;
 
-// Calls @bind(port) (0, or -errno) from kReservedPortHigh down to
-// kReservedPortLow until one succeeds: the port bound.  A port in use is
-// skipped (an earlier connection may hold it until its peer has closed);
-// any other error ends the search (EACCES: not root) and is returned.
+// Calls @bind(port) (0, or -errno) from @start down to kReservedPortLow,
+// then from kReservedPortHigh down to just above @start, until one
+// succeeds: the port bound.  A port in use is skipped (an earlier
+// connection may hold it until its peer has closed); any other error ends
+// the search (EACCES: not root) and is returned.
 template <class Bind>
-result<uint32_t> bind_reserved_port(Bind&& bind) {
-  for (uint32_t p = kReservedPortHigh; p >= kReservedPortLow; --p) {
+result<uint32_t> bind_reserved_port(Bind&& bind, uint32_t start) {
+  constexpr uint32_t n = kReservedPortHigh - kReservedPortLow + 1;
+  if (start < kReservedPortLow || start > kReservedPortHigh) start = kReservedPortHigh;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t p = kReservedPortLow + (start - kReservedPortLow + n - i) % n;
     const int rc = bind(p);
     if (rc == 0) return p;
     if (rc != -EADDRINUSE) return error::from_errno("binding source port " + std::to_string(p), -rc);
@@ -36,6 +42,25 @@ result<uint32_t> bind_reserved_port(Bind&& bind) {
   return error{"every source port from " + std::to_string(kReservedPortLow) + " to " +
                    std::to_string(kReservedPortHigh) + " is in use",
                EADDRINUSE};
+}
+
+// Where this process's next search starts: just below the port its last
+// one bound, so that a reconnect does not come from the port of the
+// connection just closed (right after a close, the guest's vsock was seen
+// to tear such a connection down within seconds: docs/lab.md, "What resets
+// the nested guest"); a process's first search starts at a random port, so
+// a new process does not start where the last one did either.
+inline std::atomic<uint32_t>& reserved_port_cursor() {
+  static std::atomic<uint32_t> cursor{
+      kReservedPortLow + std::random_device{}() % (kReservedPortHigh - kReservedPortLow + 1)};
+  return cursor;
+}
+
+template <class Bind>
+result<uint32_t> bind_reserved_port(Bind&& bind) {
+  auto r = bind_reserved_port(bind, reserved_port_cursor().load());
+  if (r) reserved_port_cursor() = *r == kReservedPortLow ? kReservedPortHigh : *r - 1;
+  return r;
 }
 
 // @fd: an AF_VSOCK stream socket, not yet bound or connected.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <linux/vm_sockets.h>
 
+#include <set>
 #include <vector>
 
 #include "magnet/deliver/admission.h"
@@ -130,24 +131,42 @@ TEST(VsockAdmission, CountsPerVmAndReason) {
 
 // ------------------------------------------------------- reserved ports ---
 
-TEST(ReservedPort, TriesFrom1023DownSkippingPortsInUse) {
+TEST(ReservedPort, TriesFromTheStartDownSkippingPortsInUse) {
   std::vector<uint32_t> tried;
-  auto p = bind_reserved_port([&](uint32_t port) {
-    tried.push_back(port);
-    return port > 1000 ? -EADDRINUSE : 0;
-  });
+  auto p = bind_reserved_port(
+      [&](uint32_t port) {
+        tried.push_back(port);
+        return port > 1000 ? -EADDRINUSE : 0;
+      },
+      1023);
   ASSERT_TRUE(p) << p.err().message;
   EXPECT_EQ(*p, 1000u);
   ASSERT_EQ(tried.size(), 24u);
   EXPECT_EQ(tried.front(), 1023u);
 }
 
+TEST(ReservedPort, BelowTheRangeTheSearchWrapsToTheTop) {
+  std::vector<uint32_t> tried;
+  auto p = bind_reserved_port(
+      [&](uint32_t port) {
+        tried.push_back(port);
+        return port < 1020 ? -EADDRINUSE : 0;
+      },
+      600);
+  ASSERT_TRUE(p) << p.err().message;
+  EXPECT_EQ(*p, 1023u) << "after 600 down to 512, from 1023 on";
+  ASSERT_EQ(tried.size(), 600u - kReservedPortLow + 2);
+  EXPECT_EQ(tried[tried.size() - 2], kReservedPortLow);
+}
+
 TEST(ReservedPort, NotRootEndsTheSearchWithItsError) {
   int calls = 0;
-  auto p = bind_reserved_port([&](uint32_t) {
-    ++calls;
-    return -EACCES;
-  });
+  auto p = bind_reserved_port(
+      [&](uint32_t) {
+        ++calls;
+        return -EACCES;
+      },
+      1023);
   ASSERT_FALSE(p);
   EXPECT_EQ(p.err().code, EACCES);
   EXPECT_NE(p.err().message.find("1023"), std::string::npos) << p.err().message;
@@ -155,17 +174,35 @@ TEST(ReservedPort, NotRootEndsTheSearchWithItsError) {
 }
 
 TEST(ReservedPort, EveryPortInUseIsAnErrorAfterTheRange) {
-  uint32_t lowest = 0xffffffff;
+  std::set<uint32_t> tried;
   int calls = 0;
   auto p = bind_reserved_port([&](uint32_t port) {
     ++calls;
-    lowest = std::min(lowest, port);
+    tried.insert(port);
     return -EADDRINUSE;
   });
   ASSERT_FALSE(p);
   EXPECT_EQ(p.err().code, EADDRINUSE);
   EXPECT_EQ(calls, 512);
-  EXPECT_EQ(lowest, kReservedPortLow);
+  EXPECT_EQ(tried.size(), 512u) << "each port once";
+  EXPECT_EQ(*tried.begin(), kReservedPortLow);
+  EXPECT_EQ(*tried.rbegin(), kReservedPortHigh);
+}
+
+// A process's successive connections come from different ports, the next
+// just below the last (a reconnect never reuses the port just closed).
+TEST(ReservedPort, SuccessiveBindsOfAProcessUseDifferentPorts) {
+  auto any = [](uint32_t) { return 0; };
+  std::vector<uint32_t> got;
+  for (int i = 0; i < 600; ++i) {
+    auto p = bind_reserved_port(any);
+    ASSERT_TRUE(p) << p.err().message;
+    got.push_back(*p);
+  }
+  for (size_t i = 1; i < got.size(); ++i) {
+    const uint32_t want = got[i - 1] == kReservedPortLow ? kReservedPortHigh : got[i - 1] - 1;
+    ASSERT_EQ(got[i], want) << i;
+  }
 }
 
 }  // namespace
