@@ -410,10 +410,11 @@ TEST(Dashboard, TokensAndTenantsSeeOnlyWhatTheyMay) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.head, m, std::regex("\r\nSet-Cookie: (magnet_token=[^;]+); Path=/; HttpOnly; SameSite=Lax")))
       << r.head;
-  r = get(t.port, "/", "Cookie: " + std::string(m[1]) + "\r\n");
+  const std::string cookie = "Cookie: " + m[1].str() + "\r\n";  // m points into r, reassigned next
+  r = get(t.port, "/", cookie);
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(r.body.find("<script"), std::string::npos);
-  r = get(t.port, "/api/vms", "Cookie: " + std::string(m[1]) + "\r\n");
+  r = get(t.port, "/api/vms", cookie);
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(names(json::parse(r.body)), (std::set<std::string>{"g1"}));
   EXPECT_EQ(t.d->stop(SIGTERM), 0) << t.d->stderr_text();
