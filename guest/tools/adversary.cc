@@ -68,7 +68,7 @@ using json = nlohmann::json;
 
 uint32_t g_cid = VMADDR_CID_HOST, g_port = MAGNET_VIEW_VSOCK_PORT;
 bool g_privileged = true;
-uint32_t g_src_port = 0;  // --src-port: this source port, not the first free one below 1024
+uint32_t g_src_port = 0;  // --src-port: this source port, not the next free one of 512-1023
 bool g_serial = false;
 std::string g_serial_path;  // empty: the port named org.magnet.view.0
 
