@@ -448,7 +448,7 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   // counter read before and after a settled snapshot, again until it did not
   // move in between (a drop between the two was once counted by the records
   // only: 3768 against 3767).
-  auto matched_before = matched_of(views);
+  std::map<std::string, uint64_t> matched_before;
   long before = tx_dropped();
   for (int i = 0; i < 5; ++i) {
     auto snap = d.SettledViews("g1");
