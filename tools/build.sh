@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds magnet into build/ (or $MAGNET_BUILD_DIR).
+# Configures and builds magnet into build/ (or $MAGNET_BUILD_DIR); any
+# arguments go to the configure step (e.g. -DMAGNET_UNIT_TESTS=OFF).
 #
 # Optimised, with line tables only (-g1): enough for a backtrace, a perf
 # profile or a sanitizer's report to name file and line; full debug info
@@ -11,5 +12,5 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${MAGNET_BUILD_DIR:-$top/build}
 cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" "$@" >/dev/null
 cmake --build "$build" -j"$(nproc)"
