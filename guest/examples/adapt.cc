@@ -157,14 +157,34 @@ double parse_secs(const std::string& s) {
   return v;
 }
 
-[[noreturn]] void usage() {
-  std::fprintf(stderr,
-               "usage: magnet-adapt send --to ADDR:PORT (--adaptive | --fixed RATE | --tcp)\n"
-               "                         [--frame BYTES] [--min RATE] [--max RATE] [--headroom F]\n"
-               "                         [--duration S] [--socket PATH]\n"
-               "       magnet-adapt receive --port PORT [--tcp] [--bind ADDR] [--duration S]\n"
-               "                            [--interval MS]\n");
-  std::exit(2);
+const char* kUsage =
+    "usage: magnet-adapt send --to ADDR:PORT (--adaptive | --fixed RATE | --tcp)\n"
+    "                         [--frame BYTES] [--min RATE] [--max RATE] [--headroom F]\n"
+    "                         [--duration S] [--socket PATH]\n"
+    "       magnet-adapt receive --port PORT [--tcp] [--bind ADDR] [--duration S]\n"
+    "                            [--interval MS]\n"
+    "\n"
+    "send: frames of UDP datagrams to ADDR:PORT at the rate this VM's view says is available\n"
+    "(link.available_bps, --adaptive), at a fixed RATE, or one TCP connection;\n"
+    "one JSON line a second on standard output.\n"
+    "  --frame BYTES   frame size (default 65536)\n"
+    "  --min RATE      lowest rate (default 200k), --max RATE highest (default 1G);\n"
+    "                  RATE: 20M, 500k, 1000000 (bit/s)\n"
+    "  --headroom F    fraction of the available rate used, in (0, 1] (default 0.95)\n"
+    "  --duration S    stop after S seconds (default: never)\n"
+    "  --socket PATH   the agent's socket (default /run/magnet/agent.sock)\n"
+    "receive: counts what arrives on PORT (UDP, or TCP with --tcp) and prints\n"
+    "one JSON line per interval.\n"
+    "  --bind ADDR     local address (default 0.0.0.0)\n"
+    "  --duration S    stop after S seconds (default: never)\n"
+    "  --interval MS   reporting interval in milliseconds (default 100)\n"
+    "-h, --help: this text.\n";
+
+// The usage text: asked for (--help), on standard output with status 0;
+// else after a usage error, on standard error with status 2.
+[[noreturn]] void usage(bool asked = false) {
+  std::fputs(kUsage, asked ? stdout : stderr);
+  std::exit(asked ? 0 : 2);
 }
 
 struct send_opts {
@@ -182,7 +202,8 @@ std::optional<send_opts> parse_send(const std::vector<std::string>& a) {
       if (i + 1 >= a.size()) usage();
       return a[++i];
     };
-    if (a[i] == "--to") o.to = val();
+    if (a[i] == "--help" || a[i] == "-h") usage(true);
+    else if (a[i] == "--to") o.to = val();
     else if (a[i] == "--adaptive") o.adaptive = true;
     else if (a[i] == "--tcp") o.tcp = true;
     else if (a[i] == "--fixed") o.fixed = parse_rate(val());
@@ -374,7 +395,8 @@ int receive_cmd(const std::vector<std::string>& a) {
       if (i + 1 >= a.size()) usage();
       return a[++i];
     };
-    if (a[i] == "--tcp") tcp = true;
+    if (a[i] == "--help" || a[i] == "-h") usage(true);
+    else if (a[i] == "--tcp") tcp = true;
     else if (a[i] == "--port") port = std::atoi(val().c_str());
     else if (a[i] == "--bind") bind_addr = val();
     else if (a[i] == "--duration") duration = parse_secs(val());
@@ -459,6 +481,7 @@ int main(int argc, char** argv) {
   if (argc < 2) usage();
   std::vector<std::string> a(argv + 2, argv + argc);
   std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h") usage(true);
   if (cmd == "send") return send_cmd(a);
   if (cmd == "receive") return receive_cmd(a);
   usage();

@@ -9,16 +9,28 @@
 
 #include "magnet/client.hpp"
 
+static const char* kUsage =
+    "usage: magnet-poll [--socket PATH] [--count N]\n"
+    "\n"
+    "Once a second, prints the newest tap.tx_bps, vcpu.wait_sum and\n"
+    "link.available_bps of this VM's view, each with its age.\n"
+    "  --socket PATH  the agent's socket (default /run/magnet/agent.sock)\n"
+    "  --count N      stop after N lines (default: never)\n"
+    "  -h, --help     this text\n";
+
 int main(int argc, char** argv) {
   std::string sock;
   long count = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
       sock = argv[++i];
     } else if (!std::strcmp(argv[i], "--count") && i + 1 < argc) {
       count = std::atol(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: magnet-poll [--socket PATH] [--count N]\n");
+      std::fprintf(stderr, "magnet-poll: unknown option or missing value: %s\n%s", argv[i], kUsage);
       return 2;
     }
   }

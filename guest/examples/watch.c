@@ -14,6 +14,18 @@
 
 static long printed;
 
+static const char usage_text[] =
+	"usage: magnet-watch [--socket PATH] [--period MS] [--count N] [STAT...]\n"
+	"\n"
+	"Prints each STAT of this VM's view whenever it arrives (default:\n"
+	"link.available_bps tap.tx_bps vcpu.run_sum): name, value, unit, validity,\n"
+	"window and age; \"(gap)\" marks the first values after the agent or the\n"
+	"host came back.\n"
+	"  --socket PATH  the agent's socket (default /run/magnet/agent.sock)\n"
+	"  --period MS    how often the values come, in milliseconds (default 1000)\n"
+	"  --count N      stop after N values (default: never)\n"
+	"  -h, --help     this text\n";
+
 static void on_value(const magnet_value *v, void *user)
 {
 	(void)user;
@@ -37,14 +49,18 @@ int main(int argc, char **argv)
 	long count = 0;
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--socket") && i + 1 < argc)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(usage_text, stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--socket") && i + 1 < argc)
 			sock = argv[++i];
 		else if (!strcmp(argv[i], "--period") && i + 1 < argc)
 			period = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--count") && i + 1 < argc)
 			count = atol(argv[++i]);
 		else if (argv[i][0] == '-') {
-			fprintf(stderr, "usage: magnet-watch [--socket PATH] [--period MS] [--count N] [STAT...]\n");
+			fprintf(stderr, "magnet-watch: unknown option or missing value: %s\n%s", argv[i],
+				usage_text);
 			return 2;
 		} else if (n < 64)
 			names[n++] = argv[i];

@@ -3,34 +3,7 @@
 // is its own hypervisor's).  Each mode tries one thing against the host
 // daemon and prints one JSON line saying what the host did.
 //
-//   magnet-adversary MODE [--cid C] [--port P] [--src-port P] [--unprivileged-port]
-//                         [--serial [PATH]] [args]
-//     (vsock by default, from a source port below 1024, as the guest's root
-//     does; --unprivileged-port: from one the kernel picks, as any user
-//     can; --serial: the VM's virtio-serial view channel instead, PATH or
-//     the port named org.magnet.view.0; the guest's own agent holds that
-//     channel and must be stopped first)
-//     forged-hello NAME UUID  hello naming another VM, subscribe to every
-//                             stat and to events; prints what arrives
-//     events SECONDS [MAX]    speaks the protocol itself: subscribes to
-//                             every event type (an empty list), and halfway
-//                             asks for host-only types (proc.fork,
-//                             net.l4.send), which must be refused by name
-//                             while the session goes on; prints every record
-//                             received (equal ones once with a count, the
-//                             header's time stamp aside; at most MAX, 400,
-//                             different ones per type) and every string of
-//                             3+ printable characters in any payload
-//     malformed               bytes that are no frame
-//     oversize                a header announcing a body of 1 MiB
-//     truncated               half a frame, then silence
-//     byte-at-a-time MS       a valid subscribe, one byte every MS ms
-//     never-read SECONDS [RCVBUF]  subscribe every 20 ms (with events), never
-//                             read (SO_RCVBUF RCVBUF first, 4096; 0: not set)
-//     churn N                 N connects and disconnects, as fast as it can
-//     flood                   pings as fast as it can
-//     watch SECONDS PERIOD    a well-behaved session: frames, the longest
-//                             gap between them and the 99th percentile gap
+//   magnet-adversary MODE [options] [args]: kUsage below (magnet-adversary --help)
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/vm_sockets.h>
@@ -571,7 +544,42 @@ bool take_flag(std::vector<std::string>& a, const std::string& name) {
   return true;
 }
 
+const char* kUsage =
+    "usage: magnet-adversary MODE [--cid C] [--port P] [--src-port P] [--unprivileged-port]\n"
+    "                        [--serial [PATH]] [args]\n"
+    "    (vsock by default, from a source port below 1024, as the guest's root\n"
+    "    does; --unprivileged-port: from one the kernel picks, as any user\n"
+    "    can; --serial: the VM's virtio-serial view channel instead, PATH or\n"
+    "    the port named org.magnet.view.0; the guest's own agent holds that\n"
+    "    channel and must be stopped first)\n"
+    "    forged-hello NAME UUID  hello naming another VM, subscribe to every\n"
+    "                            stat and to events; prints what arrives\n"
+    "    events SECONDS [MAX]    speaks the protocol itself: subscribes to\n"
+    "                            every event type (an empty list), and halfway\n"
+    "                            asks for host-only types (proc.fork,\n"
+    "                            net.l4.send), which must be refused by name\n"
+    "                            while the session goes on; prints every record\n"
+    "                            received (equal ones once with a count, the\n"
+    "                            header's time stamp aside; at most MAX, 400,\n"
+    "                            different ones per type) and every string of\n"
+    "                            3+ printable characters in any payload\n"
+    "    malformed               bytes that are no frame\n"
+    "    oversize                a header announcing a body of 1 MiB\n"
+    "    truncated               half a frame, then silence\n"
+    "    byte-at-a-time MS       a valid subscribe, one byte every MS ms\n"
+    "    never-read SECONDS [RCVBUF]  subscribe every 20 ms (with events), never\n"
+    "                            read (SO_RCVBUF RCVBUF first, 4096; 0: not set)\n"
+    "    churn N                 N connects and disconnects, as fast as it can\n"
+    "    flood                   pings as fast as it can\n"
+    "    watch SECONDS PERIOD    a well-behaved session: frames, the longest\n"
+    "                            gap between them and the 99th percentile gap\n"
+    "    -h, --help              this text\n";
+
 int run(std::vector<std::string> a) {
+  if (take_flag(a, "--help") || take_flag(a, "-h")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   g_privileged = !take_flag(a, "--unprivileged-port");
   if (auto s = std::find(a.begin(), a.end(), "--serial"); s != a.end()) {
     g_serial = true;
@@ -606,10 +614,8 @@ int run(std::vector<std::string> a) {
   if (m == "churn") return churn(std::atoi(arg(1, "1000").c_str()));
   if (m == "flood") return flood();
   if (m == "watch") return watch(std::atoi(arg(1, "10").c_str()), std::atoi(arg(2, "100").c_str()));
-  std::fprintf(stderr,
-               "usage: magnet-adversary forged-hello NAME UUID | events S [MAX] | malformed | oversize |"
-               " truncated | byte-at-a-time MS | never-read S [RCVBUF] | churn N | flood | watch S PERIOD_MS"
-               " [--cid C] [--port P] [--src-port P] [--unprivileged-port] [--serial [PATH]]\n");
+  std::fprintf(stderr, "magnet-adversary: %s\n%s",
+               m.empty() ? "no MODE" : ("unknown mode '" + m + "'").c_str(), kUsage);
   return 2;
 }
 
