@@ -13,7 +13,7 @@
 namespace {
 
 const char* kHelp =
-    "Usage: magnet [-v] COMMAND [options]   (magnet COMMAND --help for details)\n"
+    "Usage: magnet [-v...] COMMAND [options]   (magnet COMMAND --help for details)\n"
     "\n"
     "Commands:\n"
     "  probes   list probes and how each attaches on this kernel\n"
@@ -28,18 +28,21 @@ const char* kHelp =
     "  mark     set a VM's host.marker (delivery latency probes)\n"
     "  stats    what the daemon delivers into one VM (JSON)\n"
     "\n"
-    "Global options: -v/--verbose (repeat for more, -vv shows libbpf and the\n"
-    "verifier log), --version, --help\n";
+    "Global options, before or after COMMAND:\n"
+    "  -v, --verbose   more log: -v info and libbpf's warnings (the verifier\n"
+    "                  log), -vv debug, -vvv libbpf's debug output too (-v -v\n"
+    "                  is -vv)\n"
+    "      --version   the version\n"
+    "  -h, --help      this text\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace magnet;
   std::vector<std::string> args(argv + 1, argv + argc);
-  int verbosity = 1;
-  size_t i = 0;
-  for (; i < args.size() && args[i].size() > 1 && args[i][0] == '-'; ++i) {
-    const auto& a = args[i];
+  const int verbosity = cli::take_verbosity(args);
+  if (!args.empty() && args[0].size() > 1 && args[0][0] == '-') {
+    const auto& a = args[0];
     if (a == "--help" || a == "-h") {
       std::fputs(kHelp, stdout);
       return 0;
@@ -48,20 +51,16 @@ int main(int argc, char** argv) {
       std::printf("magnet %s\n", kVersion);
       return 0;
     }
-    if (a == "-v" || a == "--verbose") ++verbosity;
-    else if (a == "-vv") verbosity += 2;
-    else {
-      std::fprintf(stderr, "magnet: unknown option '%s'\nTry 'magnet --help'.\n", a.c_str());
-      return 2;
-    }
+    std::fprintf(stderr, "magnet: unknown option '%s'\nTry 'magnet --help'.\n", a.c_str());
+    return 2;
   }
-  if (i == args.size()) {
+  if (args.empty()) {
     std::fputs(kHelp, stderr);
     return 2;
   }
   set_log_verbosity(verbosity);
-  std::string cmd = args[i];
-  cli::args rest(cmd, std::vector<std::string>(args.begin() + i + 1, args.end()));
+  std::string cmd = args[0];
+  cli::args rest(cmd, std::vector<std::string>(args.begin() + 1, args.end()));
   try {
     if (cmd == "probes") return host::cmd_probes(rest);
     if (cmd == "record") return host::cmd_record(rest);

@@ -37,6 +37,13 @@ class args {
   std::vector<std::string> v_;
 };
 
+// The log verbosity the command line asks for: 1 (warnings), plus one level
+// per "v" of every -v, -vv, -vvv... and --verbose wherever it stands (before
+// or after the command name; not after "--"), at most 4 (libbpf's debug
+// output).  Takes those options out of @v.  An option's value that is
+// itself "-v" is written --opt=-v.
+int take_verbosity(std::vector<std::string>& v);
+
 result<uint64_t> parse_size(std::string_view s);     // 4096, 64K, 16M, 1G (powers of 1024)
 result<uint64_t> parse_duration_ns(std::string_view s);  // 5, 2.5, 500ms, 10s, 100us
 result<uint64_t> parse_count(std::string_view s);    // positive integer

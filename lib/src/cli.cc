@@ -1,5 +1,6 @@
 #include "magnet/cli.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -95,6 +96,25 @@ std::vector<std::string> args::finish(size_t min_pos, size_t max_pos, std::strin
     throw usage_error("missing " + std::string(what.empty() ? "argument" : what));
   if (pos.size() > max_pos) throw usage_error("unexpected argument '" + pos[max_pos] + "'");
   return pos;
+}
+
+int take_verbosity(std::vector<std::string>& v) {
+  // 0 errors, 1 warnings (the default), 2 info and libbpf's warnings (the
+  // verifier log), 3 debug and libbpf's info, 4 libbpf's debug output
+  // (magnet/log.h, capture's libbpf_print): more v's mean the same as 4.
+  constexpr int kDefault = 1, kMax = 4;
+  int level = kDefault;
+  for (auto it = v.begin(); it != v.end() && *it != "--";) {
+    const std::string& a = *it;
+    const bool vs = a.size() > 1 && a[0] == '-' && a.find_first_not_of('v', 1) == std::string::npos;
+    if (!vs && a != "--verbose") {
+      ++it;
+      continue;
+    }
+    level += vs ? static_cast<int>(a.size() - 1) : 1;
+    it = v.erase(it);
+  }
+  return std::min(level, kMax);
 }
 
 result<uint64_t> parse_size(std::string_view s) {

@@ -73,5 +73,33 @@ TEST(Cli, OptionalValueAloneOrWithItsValue) {
   EXPECT_EQ(f.optional_value("--http"), std::nullopt) << "after --";
 }
 
+TEST(Cli, VerbosityAnywhereOnTheCommandLine) {
+  struct verbosity_case {
+    std::vector<std::string> in;
+    int level;
+    std::vector<std::string> left;
+  };
+  const std::vector<verbosity_case> cases = {
+      {{"host"}, 1, {"host"}},
+      {{"-v", "host"}, 2, {"host"}},
+      {{"host", "-v"}, 2, {"host"}},
+      {{"host", "--socket", "s", "-vv"}, 3, {"host", "--socket", "s"}},
+      {{"--verbose", "top"}, 2, {"top"}},
+      {{"-vvv", "stat"}, 4, {"stat"}},
+      {{"-v", "stat", "-v", "-v"}, 4, {"stat"}},
+      {{"-vvvvvv", "stat", "-v"}, 4, {"stat"}},  // more than the most: the most
+      {{"host", "--vsock", "on", "--vm-quota", "5", "-vx"},
+       1, {"host", "--vsock", "on", "--vm-quota", "5", "-vx"}},  // options that only start alike
+      {{"dump", "--", "-v"}, 1, {"dump", "--", "-v"}},           // after --: a positional
+      {{"record", "--filter=-v"}, 1, {"record", "--filter=-v"}},
+  };
+  for (auto c : cases) {
+    std::string what;
+    for (const auto& a : c.in) what += a + " ";
+    EXPECT_EQ(take_verbosity(c.in), c.level) << what;
+    EXPECT_EQ(c.in, c.left) << what;
+  }
+}
+
 }  // namespace
 }  // namespace magnet::cli

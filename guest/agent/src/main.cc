@@ -37,7 +37,8 @@ const char* kHelp =
     "      --no-probes      no guest-side probes\n"
     "      --no-journey     do not follow packets from guest socket to host wire\n"
     "  -d, --duration T     stop after T\n"
-    "  -v                   more log\n"
+    "  -v, --verbose        more log (-vv, -vvv: more still; anywhere on the\n"
+    "                       command line, as magnet's)\n"
     "\n"
     "view: prints this VM's view once: what the host measures for it, and what\n"
     "the agent measures in it, each value with its window and age (docs/guest.md\n"
@@ -175,13 +176,7 @@ int run_cmd(cli::args& a) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> v(argv + 1, argv + argc);
-  int verbose = 1;
-  std::erase_if(v, [&](const std::string& s) {
-    if (s == "-v") return ++verbose, true;
-    if (s == "-vv") return verbose += 2, true;
-    return false;
-  });
-  set_log_verbosity(verbose);
+  set_log_verbosity(cli::take_verbosity(v));
   std::string cmd = "run";
   if (!v.empty() && (v[0] == "run" || v[0] == "view")) {
     cmd = v[0];
