@@ -2,6 +2,7 @@
 // stats and mark.
 #include <poll.h>
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -14,7 +15,7 @@
 namespace magnet::host {
 
 static const char* kTopHelp =
-    "Usage: magnet top [--socket PATH] [--interval T] [--count N] [--json]\n"
+    "Usage: magnet top [--socket PATH] [--interval T] [--count N] [--timeout T] [--json]\n"
     "\n"
     "Live per-VM table from the host daemon: vCPU run / wait (runnable, not\n"
     "running: the host side of steal) / halt as fractions of one CPU summed over\n"
@@ -25,7 +26,8 @@ static const char* kTopHelp =
     "the daemon started (over its --vm-quota, or the ring buffer full).\n";
 
 static const char* kViewsHelp =
-    "Usage: magnet views [--vm NAME|UUID|ID] [--view NAME] [--socket PATH] [--rows N] [--json]\n"
+    "Usage: magnet views [--vm NAME|UUID|ID] [--view NAME] [--socket PATH] [--rows N]\n"
+    "                    [--timeout T] [--json]\n"
     "\n"
     "The host daemon's views.  With --vm, only that VM's per-VM view instances:\n"
     "exactly what is meant for that VM and nothing of any other.\n"
@@ -36,6 +38,13 @@ static const char* kViewsHelp =
     "  -n, --rows N     group rows shown per view instance (text output)\n";
 
 namespace {
+
+// --timeout T: the bound of each query to the daemon (default 5s).
+std::chrono::nanoseconds query_timeout(cli::args& a) {
+  auto v = a.value("--timeout");
+  return v ? std::chrono::nanoseconds(cli::need(cli::parse_duration_ns(*v), "--timeout"))
+           : kQueryTimeout;
+}
 
 double num(const nlohmann::json& j, const char* k) {
   auto it = j.find(k);
@@ -101,9 +110,10 @@ int cmd_views(cli::args& a) {
   auto nrows = a.value("--rows", "-n");
   auto view = a.value("--view");
   bool json = a.flag("--json");
+  const auto timeout = query_timeout(a);
   a.finish(0, 0);
   uint64_t rows = nrows ? cli::need(cli::parse_count(*nrows), "--rows") : 5;
-  auto r = query_daemon(sock, vm ? "views " + *vm : "views");
+  auto r = query_daemon(sock, vm ? "views " + *vm : "views", timeout);
   if (!r.ok) {
     std::fprintf(stderr, "magnet views: %s\n", r.body.c_str());
     return 1;
@@ -138,7 +148,7 @@ int cmd_views(cli::args& a) {
   }
   // VM names, from the daemon's registry (the snapshots carry ids).
   std::map<int, std::string> names;
-  if (auto t = query_daemon(sock, "top"); t.ok) {
+  if (auto t = query_daemon(sock, "top", timeout); t.ok) {
     auto tj = nlohmann::json::parse(t.body, nullptr, false);
     if (!tj.is_discarded() && tj.contains("vms") && tj["vms"].is_array())
       for (const auto& x : tj["vms"])
@@ -149,7 +159,7 @@ int cmd_views(cli::args& a) {
 }
 
 static const char* kSessionsHelp =
-    "Usage: magnet sessions [--socket PATH] [--json]\n"
+    "Usage: magnet sessions [--socket PATH] [--timeout T] [--json]\n"
     "\n"
     "The daemon's connections into VMs: per connection its VM, transport\n"
     "(vsock with the peer CID, virtio-serial), whether it said hello and\n"
@@ -163,8 +173,9 @@ int cmd_sessions(cli::args& a) {
   }
   auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
   bool json = a.flag("--json");
+  const auto timeout = query_timeout(a);
   a.finish(0, 0);
-  auto r = query_daemon(sock, "sessions");
+  auto r = query_daemon(sock, "sessions", timeout);
   if (!r.ok) {
     std::fprintf(stderr, "magnet sessions: %s\n", r.body.c_str());
     return 1;
@@ -196,7 +207,7 @@ int cmd_sessions(cli::args& a) {
 }
 
 static const char* kStatsHelp =
-    "Usage: magnet stats VM [--socket PATH]\n"
+    "Usage: magnet stats VM [--socket PATH] [--timeout T]\n"
     "\n"
     "What the daemon delivers into VM (by name, UUID or magnet id), as the\n"
     "guest receives it: each stat by name with its index, value, validity\n"
@@ -210,8 +221,9 @@ int cmd_stats(cli::args& a) {
   }
   auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
   a.flag("--json");  // JSON is the only output; accepted for symmetry
+  const auto timeout = query_timeout(a);
   auto pos = a.finish(1, 1, "VM");
-  auto r = query_daemon(sock, "stats " + pos[0]);
+  auto r = query_daemon(sock, "stats " + pos[0], timeout);
   if (!r.ok) {
     std::fprintf(stderr, "magnet stats: %s\n", r.body.c_str());
     return 1;
@@ -225,7 +237,7 @@ int cmd_stats(cli::args& a) {
 }
 
 static const char* kMarkHelp =
-    "Usage: magnet mark VM VALUE [--socket PATH]\n"
+    "Usage: magnet mark VM VALUE [--socket PATH] [--timeout T]\n"
     "\n"
     "Sets host.marker of a VM (by name, UUID or magnet id): the daemon pushes\n"
     "it at once to the VM's on-change subscribers.  A latency probe: a guest\n"
@@ -238,8 +250,9 @@ int cmd_mark(cli::args& a) {
     return 0;
   }
   auto sock = a.value("--socket").value_or("/run/magnet/host.sock");
+  const auto timeout = query_timeout(a);
   auto pos = a.finish(2, 2, "VM and VALUE");
-  auto r = query_daemon(sock, "mark " + pos[0] + " " + pos[1]);
+  auto r = query_daemon(sock, "mark " + pos[0] + " " + pos[1], timeout);
   if (!r.ok) {
     std::fprintf(stderr, "magnet mark: %s\n", r.body.c_str());
     return 1;
@@ -256,13 +269,14 @@ int cmd_top(cli::args& a) {
   auto iv = a.value("--interval", "-i");
   auto cnt = a.value("--count", "-c");
   bool json = a.flag("--json");
+  const auto timeout = query_timeout(a);
   a.finish(0, 0);
   uint64_t interval = iv ? cli::need(cli::parse_duration_ns(*iv), "--interval") : 1'000'000'000ull;
   uint64_t count = cnt ? cli::need(cli::parse_count(*cnt), "--count") : 0;
   install_stop_handlers();
   for (uint64_t n = 0; !stop_requested() && (!count || n < count); ++n) {
     if (n) ::poll(nullptr, 0, static_cast<int>(interval / 1'000'000));
-    auto r = query_daemon(sock, "top");
+    auto r = query_daemon(sock, "top", timeout);
     if (!r.ok) {
       std::fprintf(stderr, "magnet top: %s\n", r.body.c_str());
       return 1;
