@@ -23,7 +23,15 @@ static const char* kTopHelp =
     "halts, same unit), guest rx/tx Mbit/s on its taps, host queueing delay\n"
     "(mean, microseconds) guest -> wire (QTX) and wire -> guest (QRX), and\n"
     "packets dropped on its taps per second, and LOST: its events lost since\n"
-    "the daemon started (over its --vm-quota, or the ring buffer full).\n";
+    "the daemon started (over its --vm-quota, or the ring buffer full).\n"
+    "\n"
+    "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
+    "  -i, --interval T   time between tables (default 1s)\n"
+    "  -c, --count N      stop after N tables (default: at SIGINT/SIGTERM)\n"
+    "      --timeout T    the longest one query to the daemon may take (connect,\n"
+    "                     request, reply; default 5s); past it: exit 1\n"
+    "      --json         the daemon's JSON, one line per interval (docs/cli.md\n"
+    "                     lists its fields)\n";
 
 static const char* kViewsHelp =
     "Usage: magnet views [--vm NAME|UUID|ID] [--view NAME] [--socket PATH] [--rows N]\n"
@@ -34,8 +42,14 @@ static const char* kViewsHelp =
     "Prints each view instance's windows, value statistics and busiest groups\n"
     "(--rows N, default 5); --json prints the daemon's snapshots as they are.\n"
     "\n"
-    "      --view NAME  only the instances of that view (none: an error)\n"
-    "  -n, --rows N     group rows shown per view instance (text output)\n";
+    "      --vm VM        only that VM's view instances (name, UUID or magnet id)\n"
+    "      --view NAME    only the instances of that view (none: an error)\n"
+    "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
+    "  -n, --rows N       group rows shown per view instance (text output;\n"
+    "                     default 5)\n"
+    "      --timeout T    the longest one query to the daemon may take (connect,\n"
+    "                     request, reply; default 5s); past it: exit 1\n"
+    "      --json         the snapshots as JSON (docs/engine.md, \"Snapshot JSON\")\n";
 
 namespace {
 
@@ -164,7 +178,12 @@ static const char* kSessionsHelp =
     "The daemon's connections into VMs: per connection its VM, transport\n"
     "(vsock with the peer CID, virtio-serial), whether it said hello and\n"
     "subscribed, its period, frames and bytes sent, stats frames replaced\n"
-    "before a slow reader took them, event records lost for it.\n";
+    "before a slow reader took them, event records lost for it.\n"
+    "\n"
+    "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
+    "      --timeout T    the longest one query to the daemon may take (connect,\n"
+    "                     request, reply; default 5s); past it: exit 1\n"
+    "      --json         the daemon's JSON reply\n";
 
 int cmd_sessions(cli::args& a) {
   if (a.flag("--help", "-h")) {
@@ -207,12 +226,17 @@ int cmd_sessions(cli::args& a) {
 }
 
 static const char* kStatsHelp =
-    "Usage: magnet stats VM [--socket PATH] [--timeout T]\n"
+    "Usage: magnet stats VM [--socket PATH] [--timeout T] [--json]\n"
     "\n"
     "What the daemon delivers into VM (by name, UUID or magnet id), as the\n"
     "guest receives it: each stat by name with its index, value, validity\n"
     "and window, from the daemon's last 100 ms tick (JSON).  Not to be\n"
-    "confused with 'magnet stat', the capture core's per-layer counts.\n";
+    "confused with 'magnet stat', the capture core's per-layer counts.\n"
+    "\n"
+    "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
+    "      --timeout T    the longest one query to the daemon may take (connect,\n"
+    "                     request, reply; default 5s); past it: exit 1\n"
+    "      --json         accepted (JSON is the only output)\n";
 
 int cmd_stats(cli::args& a) {
   if (a.flag("--help", "-h")) {
@@ -242,7 +266,11 @@ static const char* kMarkHelp =
     "Sets host.marker of a VM (by name, UUID or magnet id): the daemon pushes\n"
     "it at once to the VM's on-change subscribers.  A latency probe: a guest\n"
     "application that echoes it shows the delivery time (bench/deliver).\n"
-    "Root only.\n";
+    "Root only.\n"
+    "\n"
+    "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
+    "      --timeout T    the longest one query to the daemon may take (connect,\n"
+    "                     request, reply; default 5s); past it: exit 1\n";
 
 int cmd_mark(cli::args& a) {
   if (a.flag("--help", "-h")) {

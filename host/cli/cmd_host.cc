@@ -50,7 +50,6 @@ static const char* kHostHelp =
     "                         read from its root qdisc; gives each VM its\n"
     "                         available bandwidth there\n"
     "\n"
-    "\n"
     "Prometheus metrics and the live dashboard (docs/metrics.md, docs/dashboard.md):\n"
     "      --http [ADDR:PORT] serve /metrics and the live dashboard (/) over\n"
     "                         HTTP there (default 127.0.0.1:9477; PORT 0: any\n"
@@ -69,7 +68,8 @@ static const char* kHostHelp =
     "      --list-metrics     print the series /metrics has and exit\n"
     "\n"
     "      --check-views FILE validate a view file and exit\n"
-    "      --print-default-views\n";
+    "      --print-default-views\n"
+    "                         print the built-in view definitions (YAML) and exit\n";
 
 int cmd_host(cli::args& a) {
   if (a.flag("--help", "-h")) {

@@ -16,7 +16,11 @@ static const char* kProbesHelp =
     "kernel and by which method, and why each other method cannot.\n"
     "Methods are tried in order of preference: tp_btf, raw_tp, tracepoint,\n"
     "netfilter/cgroup_skb (the stable hooks of some layers), fentry, kprobe.\n"
-    "MAGNET_DENY_METHODS=m1,m2 removes methods (to test fallbacks).\n";
+    "MAGNET_DENY_METHODS=m1,m2 removes methods (to test fallbacks).\n"
+    "\n"
+    "      --json   one JSON array: per probe its name, id, layer, description, the\n"
+    "               method it attaches with (null: none) and every method's\n"
+    "               target, whether it can and why not\n";
 
 namespace {
 

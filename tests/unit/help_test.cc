@@ -4,7 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proc.h"
@@ -49,6 +55,97 @@ TEST(GuestHelp, AWrongOptionIsStillAUsageError) {
     EXPECT_TRUE(r.out.empty()) << what;
     EXPECT_NE(r.err.find(t.name), std::string::npos) << what;
   }
+}
+
+// Every option each magnet command parses (host/cli/), as its help's option
+// line starts: "-i, --interval" where it has a short form.
+const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOptions = {
+    {"probes", {"--json"}},
+    {"record",
+     {"-o, --output", "-p, --probes", "-f, --filter", "--sample", "--sample-time",
+      "-d, --duration", "-b, --buffer", "--watermark", "--poll-timeout", "-q, --quiet"}},
+    {"dump", {"-F, --format", "-o, --output"}},
+    {"stat", {"-p, --probes", "-i, --interval", "-c, --count", "-d, --duration", "--json"}},
+    {"kvm", {"-i, --interval", "-c, --count", "-d, --duration", "--per-vcpu", "--json"}},
+    {"host",
+     {"--uri", "--views", "--socket", "--socket-group", "-p, --probes", "-b, --buffer",
+      "--vm-quota", "-d, --duration", "--no-seccomp", "--no-deliver", "--vsock", "--vsock-port",
+      "--vsock-any-port", "--no-serial", "--link", "--http", "--http-tokens", "--http-host",
+      "--http-stream-interval", "--list-metrics", "--check-views", "--print-default-views"}},
+    {"top", {"--socket", "-i, --interval", "-c, --count", "--timeout", "--json"}},
+    {"views", {"--vm", "--view", "--socket", "-n, --rows", "--timeout", "--json"}},
+    {"sessions", {"--socket", "--timeout", "--json"}},
+    {"mark", {"--socket", "--timeout"}},
+    {"stats", {"--socket", "--timeout", "--json"}},
+};
+
+// Whether @help has a line that, after its indent, starts with @option
+// followed by a space, '=' or the end of the line: the option described,
+// not only named in the usage line.
+bool has_option_line(const std::string& help, const std::string& option) {
+  std::istringstream in(help);
+  for (std::string line; std::getline(in, line);) {
+    const size_t b = line.find_first_not_of(' ');
+    if (b == 0 || b == std::string::npos || line.compare(b, option.size(), option) != 0) continue;
+    const size_t e = b + option.size();
+    if (e == line.size() || line[e] == ' ' || line[e] == '=') return true;
+  }
+  return false;
+}
+
+TEST(CliHelp, EveryCommandsHelpDescribesEveryOptionOnStandardOutput) {
+  for (const auto& [cmd, options] : kCommandOptions)
+    for (const char* opt : {"--help", "-h"}) {
+      auto r = run({MAGNET_BIN, cmd, opt}, 10);
+      const std::string what = "magnet " + cmd + " " + opt;
+      EXPECT_EQ(r.status, 0) << what << ": " << r.err;
+      EXPECT_TRUE(r.err.empty()) << what << ": " << r.err;
+      EXPECT_EQ(r.out.rfind("Usage: magnet " + cmd, 0), 0u) << what << ": " << r.out;
+      for (const auto& o : options)
+        EXPECT_TRUE(has_option_line(r.out, o)) << what << " has no line describing " << o;
+    }
+}
+
+// The table above against the sources: an option a command parses that no
+// command's help describes fails here, so help and parser cannot drift.
+TEST(CliHelp, EveryOptionTheSourcesParseIsInTheTable) {
+  std::set<std::string> described;
+  for (const auto& [cmd, options] : kCommandOptions)
+    for (const auto& o : options) {
+      const size_t comma = o.find(", ");
+      described.insert(comma == std::string::npos ? o : o.substr(comma + 2));
+      if (comma != std::string::npos) described.insert(o.substr(0, comma));
+    }
+  const std::regex parsed(R"re(\.(flag|value|values|optional_value)\("(-[-a-z0-9]+)"(, "(-[a-zA-Z])")?)re");
+  size_t seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(MAGNET_SOURCE_DIR "/host/cli")) {
+    if (e.path().extension() != ".cc") continue;
+    std::ifstream f(e.path());
+    const std::string src((std::istreambuf_iterator<char>(f)), {});
+    for (std::sregex_iterator m(src.begin(), src.end(), parsed), end; m != end; ++m)
+      for (int g : {2, 4}) {
+        const std::string o = (*m)[g];
+        if (o.empty() || o == "--help" || o == "-h") continue;
+        ++seen;
+        EXPECT_TRUE(described.count(o)) << e.path().filename() << " parses " << o
+                                        << ", which no command's help describes";
+      }
+  }
+  EXPECT_GT(seen, 40u) << "the pattern no longer finds the options in host/cli/";
+}
+
+TEST(CliHelp, TheTopLevelHelpNamesEveryCommandAndEveryDumpFormat) {
+  auto r = run({MAGNET_BIN, "--help"}, 10);
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const auto& [cmd, options] : kCommandOptions)
+    EXPECT_TRUE(has_option_line(r.out, cmd)) << "magnet --help lists no command " << cmd;
+  const size_t dump = r.out.find("  dump ");
+  ASSERT_NE(dump, std::string::npos);
+  const std::string dump_text = r.out.substr(dump, r.out.find("\n  stat ") - dump);
+  for (const char* fmt : {"text", "CSV", "JSON", "ULM", "Perfetto"})
+    EXPECT_NE(dump_text.find(fmt), std::string::npos) << "dump's line omits " << fmt << ": " << dump_text;
+  for (const char* opt : {"-v, --verbose", "--version", "-h, --help"})
+    EXPECT_TRUE(has_option_line(r.out, opt)) << "magnet --help has no line describing " << opt;
 }
 
 TEST(CliVerbose, AnywhereOnTheCommandLineAndAsManyAsWanted) {
