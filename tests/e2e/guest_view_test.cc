@@ -11,6 +11,7 @@
 #include <mutex>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -1058,6 +1059,120 @@ TEST_F(GuestViewNested, AgentsReconnectWithinTwoSecondsOfTheDaemonsReturn) {
   d.Start();
   ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock"), false) << d.Log();
   ReconnectChecks(lab(), d);
+}
+
+// CID reuse and device removal (issue 18): g1's vsock device unplugged
+// while the daemon runs and g1 sends 5 Mbit/s, then its CID given to g2
+// (whose own device goes first: a guest has one vsock device).  Whatever
+// connects from CID 3 from then on is g2: its agent's session names g2 with
+// CID 3, its view is g2's (quiet: none of g1's traffic), a hello naming g1
+// from there gets g2's session, and no session of g1 remains over vsock.
+// The daemon learns of both changes from libvirt's device events and checks
+// each accept's CID with its registry: one that still took CID 3 for g1
+// would hand g1's view to g2.
+TEST_F(GuestViewNested, ACidGivenToAnotherVmServesThatVmAndNothingOfTheFirst) {
+  REQUIRE_LAB();
+  HostSide h(lab(), true);
+  Daemon d(h, "", "cid");
+  d.Start();
+  ASSERT_NE(d.WaitSessions({"g1", "g2"}, "vsock"), false) << d.Log();
+  const std::string g1_uuid = Trim(h.Sh("virsh -q -c qemu:///system domuuid g1").out);
+  auto virsh = [&](const std::string& args) {
+    return h.Sh("virsh -q -c qemu:///system " + args, bounds().Domain());
+  };
+  auto xml = [](int cid) { return "/tmp/magnet-gv-vsock-" + std::to_string(cid) + ".xml"; };
+  for (int cid : {3, 4})
+    ASSERT_EQ(h.Sh("echo \"<vsock model='virtio'><cid auto='no' address='" + std::to_string(cid) +
+                   "'/></vsock>\" >" + xml(cid))
+                  .status,
+              0);
+  // A device is gone once libvirt's live description has none (the guest
+  // acknowledged the unplug); then its CID is free.
+  std::string live;
+  auto cid_of = [&](const std::string& g) {
+    live = virsh("dumpxml " + g).out;
+    std::smatch m;
+    static const std::regex re(R"(<cid auto='no' address='(\d+)'/>)");
+    return std::regex_search(live, m, re) ? std::stoi(m[1].str()) : 0;
+  };
+  auto unplug = [&](const std::string& g, int cid) {
+    auto r = virsh("detach-device " + g + " " + xml(cid) + " --live");
+    EXPECT_EQ(r.status, 0) << g << ": " << r.Describe();
+    return r.status == 0 && WaitFor([&] { return cid_of(g) == 0; }, bounds().Domain(), 500);
+  };
+  auto plug = [&](const std::string& g, int cid) {
+    auto r = virsh("attach-device " + g + " " + xml(cid) + " --live");
+    EXPECT_EQ(r.status, 0) << g << ": " << r.Describe();
+    return r.status == 0 && cid_of(g) == cid;
+  };
+  // The lab as it was for the tests after this one: g1 CID 3, g2 CID 4.
+  struct restore {
+    std::function<int(const std::string&)> cid_of;
+    std::function<bool(const std::string&, int)> unplug, plug;
+    ~restore() {
+      if (const int c = cid_of("g2"); c != 0 && c != 4) unplug("g2", c);
+      if (cid_of("g2") == 0) plug("g2", 4);
+      if (cid_of("g1") == 0) plug("g1", 3);
+    }
+  } again{cid_of, unplug, plug};
+  ASSERT_EQ(h.Sh("(timeout " + std::to_string(bounds().Linger(60)) + " iperf3 -s -1 -p 5742 >/dev/null 2>&1 &)").status, 0);
+  ASSERT_EQ(lab()->Run("g1", "(iperf3 -c 10.77.0.1 -p 5742 -u -b 5M -l 1400 -t 60 >/dev/null 2>&1 &)").status, 0);
+  ASSERT_TRUE(unplug("g1", 3)) << "g1's vsock device still there: " << live;
+  ASSERT_TRUE(unplug("g2", 4)) << "g2's vsock device still there: " << live;
+  ASSERT_TRUE(plug("g2", 3)) << "g2 did not get CID 3: " << live;
+  // g2's root speaks the protocol over vsock, from CID 3 now, saying it is
+  // g1, until the daemon serves it (a connect the registry does not yet
+  // know is refused, never served as g1): every answer holds g2's values.
+  // (g2's agent went over to its virtio-serial channel when its vsock
+  // device went away, and stays there while that session lasts.)
+  json forged;
+  std::vector<json> answers;
+  const bool served = WaitFor(
+      [&] {
+        auto r = lab()->Run("g2", "magnet-adversary forged-hello g1 " + g1_uuid, bounds().Work(3));
+        forged = json::parse(Trim(r.out), nullptr, false);
+        if (!forged.is_object()) return false;
+        answers.push_back(forged);
+        return forged.contains("values") && !forged["values"].empty();
+      },
+      bounds().Ready(), 500);
+  ASSERT_TRUE(served) << "no view served to g2 over vsock from CID 3: " << forged.dump() << "\n" << d.Log();
+  std::printf("[e2e] CID 3 given to g2: served at its connect %zu, tap.tx_bps %.0f (g1 sends 5 Mbit/s)\n",
+              answers.size(), forged["values"].value("tap.tx_bps", -1.0));
+  for (const auto& f : answers) {
+    if (f.contains("values") && !f["values"].empty()) {
+      EXPECT_LT(f["values"].value("tap.tx_bps", 1e9), 2e6) << "g1's values reached g2: " << f.dump();
+    }
+    if (f.contains("record_vms")) {
+      for (const auto& [vm, n] : f["record_vms"].items())
+        EXPECT_EQ(std::stoul(vm), 0u) << "an event record naming a VM: " << f.dump();
+    }
+  }
+  // While such a session lasts, the daemon names its CID 3 as g2's.
+  ASSERT_EQ(lab()->Run("g2", "(magnet-adversary watch 20 100 >/tmp/magnet-gv-cid.json 2>&1 &)").status, 0);
+  json s;
+  auto g2_on_3 = [&] {
+    s = d.Query("sessions");
+    if (!s.is_object()) return false;
+    for (const auto& x : s["sessions"])
+      if (x.value("transport", "") == "vsock" && x.value("cid", 0u) == 3u && x.value("subscribed", false))
+        return true;
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(g2_on_3, bounds().Work(10), 200)) << "no vsock session from CID 3: " << s.dump() << "\n" << d.Log();
+  for (const auto& x : s["sessions"]) {
+    EXPECT_FALSE(x.value("transport", "") == "vsock" && x.value("name", "") == "g1")
+        << "a vsock session of g1, which has no vsock device: " << s.dump();
+    if (x.value("cid", 0u) == 3u) {
+      EXPECT_EQ(x.value("name", ""), "g2") << s.dump();
+    }
+  }
+  // g2's own view, from its agent: its tap is quiet while g1 sends 5 Mbit/s.
+  auto v = View(lab(), "g2");
+  ASSERT_TRUE(v.ok()) << v.text;
+  EXPECT_LT(v.get("tap.tx_bps"), 2e6) << v.text;
+  const std::string log = d.Log();
+  EXPECT_EQ(log.find("[deliver.refused] vm g1"), std::string::npos) << "g1 did nothing wrong\n" << log;
 }
 
 }  // namespace
