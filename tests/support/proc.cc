@@ -360,4 +360,17 @@ std::string admin_query(const std::string& sock, const std::string& line) {
   return out;
 }
 
+int listen_unix(const std::string& path, int backlog) {
+  ::unlink(path.c_str());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  path.copy(sa.sun_path, sizeof sa.sun_path - 1);
+  if (fd >= 0 && (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(fd, backlog) != 0)) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
 }  // namespace magnet::test

@@ -26,6 +26,10 @@ void sh(const std::string& cmd);
 // back ("connect: <why>" when it cannot connect).
 std::string admin_query(const std::string& sock, const std::string& line);
 
+// A listening unix stream socket at @path (an old file there removed
+// first), for a test's fake daemon; -1 when it cannot bind or listen.
+int listen_unix(const std::string& path, int backlog = 8);
+
 // A background process with stderr to a file.
 class child {
  public:

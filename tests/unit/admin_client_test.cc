@@ -26,13 +26,8 @@ class silent_daemon {
  public:
   silent_daemon() {
     path_ = "/tmp/magnet-silent-daemon-" + std::to_string(getpid()) + ".sock";
-    ::unlink(path_.c_str());
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    path_.copy(sa.sun_path, sizeof sa.sun_path - 1);
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd_, 8) != 0)
-      ADD_FAILURE() << "cannot listen on " << path_;
+    fd_ = magnet::test::listen_unix(path_);
+    if (fd_ < 0) ADD_FAILURE() << "cannot listen on " << path_;
     thread_ = std::thread([this] {
       for (int c; (c = ::accept(fd_, nullptr, nullptr)) >= 0;) {
         ++accepted_;

@@ -22,13 +22,8 @@ class fake_daemon {
  public:
   explicit fake_daemon(std::string reply) : reply_(std::move(reply)) {
     path_ = "/tmp/magnet-fake-daemon-" + std::to_string(getpid()) + ".sock";
-    ::unlink(path_.c_str());
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    path_.copy(sa.sun_path, sizeof sa.sun_path - 1);
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd_, 8) != 0)
-      ADD_FAILURE() << "cannot listen on " << path_;
+    fd_ = magnet::test::listen_unix(path_);
+    if (fd_ < 0) ADD_FAILURE() << "cannot listen on " << path_;
     thread_ = std::thread([this] { serve(); });
   }
   ~fake_daemon() {
