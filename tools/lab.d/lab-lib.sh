@@ -353,7 +353,7 @@ lab_render_domain() { # NAME INDEX -> XML on stdout
   kernel="$(lab_state_get guest_kernel)"; initrd="$(lab_state_get guest_initrd)"
   cid=$(( ${MAGNET_LAB_CID_BASE:-3} + idx - 1 ))
   if [[ "$(lab_state_get accel)" == kvm ]]; then
-    domtype=kvm; cpu="${MAGNET_LAB_GUEST_CPU:-<cpu mode='host-passthrough'/>}"; netdrv=vhost
+    domtype=kvm; cpu="${MAGNET_LAB_GUEST_CPU:-<cpu mode='host-passthrough'/>}"; netdrv=${MAGNET_LAB_GUEST_NETDRIVER:-vhost}
     vsock="<vsock model='virtio'><cid auto='no' address='$cid'/></vsock>"
   else
     domtype=qemu; cpu=""; netdrv=qemu; vsock=""
@@ -664,7 +664,7 @@ lab_labhost_lab() {
   for a in "$@"; do args+=" $(printf '%q' "$a")"; done
   local envs=""
   local v
-  for v in MAGNET_LAB_GUESTS MAGNET_LAB_GUEST_CPU MAGNET_LAB_READY_TIMEOUT MAGNET_LAB_CID_BASE MAGNET_LAB_GUEST_KERNEL MAGNET_LAB_GUEST_INITRD MAGNET_LAB_GUEST_DIR MAGNET_LAB_GUEST_MEM_MB; do
+  for v in MAGNET_LAB_GUESTS MAGNET_LAB_GUEST_CPU MAGNET_LAB_GUEST_NETDRIVER MAGNET_LAB_READY_TIMEOUT MAGNET_LAB_CID_BASE MAGNET_LAB_GUEST_KERNEL MAGNET_LAB_GUEST_INITRD MAGNET_LAB_GUEST_DIR MAGNET_LAB_GUEST_MEM_MB; do
     [[ -n "${!v:-}" ]] && envs+="$v=$(printf '%q' "${!v}") "
   done
   lab_labhost_exec "$to" "${envs}MAGNET_BUILD_DIR=/mnt/magnetbuild bash -c 'source /mnt/magnetsrc/tools/lab.d/lab-lib.sh; lab_main \"\$@\"' lab$args"
