@@ -469,11 +469,13 @@ std::string LabSuite::NestedLabGone() {
   for (const auto& g : guests_) {
     auto r = lab_->Run(g, "true");
     if (r.status == 0) continue;
-    // A guest the emulated nested SVM reset: its QEMU's SHUTDOWN event in the lab host.
+    // A guest the emulated nested SVM reset: its QEMU's SHUTDOWN event in the lab host; or one
+    // wedged there (tools/lab guest-lockup says which, and writes it to the console log).
     auto ev = lab_->Run("labhost",
                         "grep -a \"for domain '" + g + "'\" /run/magnet-lab/logs/qemu-events.log | tail -n 1");
+    auto wedged = lab_->Lab_({"guest-lockup", g}, 2 * lab_->bounds().Quick());
     return g + " does not answer (" + Trim(r.Describe()) + ")" +
-           (Trim(ev.out).empty() ? "" : "; its last QEMU event: " + Trim(ev.out));
+           (Trim(ev.out).empty() ? "" : "; its last QEMU event: " + Trim(ev.out)) + "; " + Trim(wedged.out);
   }
   return "";
 }
@@ -507,10 +509,21 @@ void LabSuite::TearDown() {
     std::cout << "[e2e] lab did not come up; its logs: " << lab_->Env()["MAGNET_LAB_FAIL_LOGS"] << "\n";
     return;
   }
-  // A nested lab host that locked up is written to its console log before the logs are kept,
-  // where tools/test looks for a death under this test.
-  if (lab_->mode() == "nested" && lab_->Run("labhost", "true").status != 0)
-    lab_->Lab_({"labhost-lockup"}, lab_->bounds().Quick());
+  // A nested lab host that locked up, or a KVM guest in it wedged (it does not answer its
+  // control channel and its vCPU stays halted or at one kernel instruction: tools/lab
+  // guest-lockup), is written to the lab host's console log before the logs are kept, where
+  // tools/test looks for a death under this test.
+  if (lab_->mode() == "nested") {
+    if (lab_->Run("labhost", "true").status != 0) {
+      lab_->Lab_({"labhost-lockup"}, lab_->bounds().Quick());
+    } else {
+      for (const auto& g : guests_) {
+        auto r = lab_->Lab_({"guest-lockup", g}, 2 * lab_->bounds().Quick());
+        if (r.out.find("answers its control channel") == std::string::npos)
+          std::cout << "[e2e] " << g << ": " << Trim(r.out) << "\n";
+      }
+    }
+  }
   auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string dest = ArtifactDir(std::string(info->test_suite_name()) + "." + info->name());
   lab_->CollectLogs(dest);

@@ -563,6 +563,43 @@ lab_labhost_lockup() {
     tee -a "$(lab_labhost_dir)/console.log"
 }
 
+# lab_guest_lockup NAME: a nested KVM guest that does not answer its control channel, looked at
+# through its QEMU's monitor in the lab host (`info registers`, three samples over two seconds).
+# The control channel is served by the guest's own shell, which answers within its request's
+# bound even when the command it runs hangs (magnet-ctl kills it): a guest that does not answer
+# at all whose vCPU sits halted (HLT=1: the interrupt that would deliver the request never came)
+# or runs its kernel at one same instruction in every sample is wedged under the emulated nested
+# SVM, like the resets without a word (docs/lab.md).  That is written to the lab host's console
+# log, where tools/test looks for a lab death, as "$LAB_GUEST_LOCKED NAME".  A guest that answers,
+# or whose vCPU makes progress, is not: status 1, its state on standard output.
+LAB_GUEST_LOCKED="magnet-lab: a nested guest locked up:"
+lab_guest_lockup() {
+  local g="$1" out samples="" n=0 halted=0 same=0 first="" rip cpl
+  if lab_run "$g" 5 true >/dev/null 2>&1; then
+    echo "$g answers its control channel"; return 1
+  fi
+  out=$(lab_labhost_exec 30 "for i in 1 2 3; do virsh -q -c qemu:///system qemu-monitor-command $(printf '%q' "$g") --hmp 'info registers' | tr -d '\r' | grep -m1 '^RIP='; [ \$i = 3 ] || sleep 1; done" 2>/dev/null) || true
+  while IFS= read -r line; do
+    [[ $line == RIP=* ]] || continue
+    n=$((n + 1))
+    samples+=" [${line%% II=*} ${line##* }]"
+    rip=${line%% *} cpl=$(sed -n 's/.* CPL=\([0-9]\) .*/\1/p' <<<"$line")
+    [[ $line == *" HLT=1"* ]] && halted=$((halted + 1))
+    [[ -z $first ]] && first=$rip
+    [[ $rip == "$first" && $cpl == 0 ]] && same=$((same + 1))
+  done <<<"$out"
+  if (( n == 3 && halted == 3 )); then
+    echo "$LAB_GUEST_LOCKED $g does not answer its control channel and its vCPU stays halted (3 samples over 2 s):$samples" |
+      tee -a "$(lab_labhost_dir)/console.log"
+  elif (( n == 3 && same == 3 )); then
+    echo "$LAB_GUEST_LOCKED $g does not answer its control channel and its vCPU stays at one kernel instruction (3 samples over 2 s):$samples" |
+      tee -a "$(lab_labhost_dir)/console.log"
+  else
+    echo "$g does not answer its control channel; its vCPU ($n samples):${samples:- none read}"
+    return 1
+  fi
+}
+
 # lab_labhost_stop: end the lab host QEMU, marked as an intended stop for its watcher.
 lab_labhost_stop() {
   touch "$(lab_labhost_dir)/stopping" 2>/dev/null || true
@@ -892,6 +929,9 @@ lab_main() {
     guest-pid) lab_guest_pid "$1" ;;
     restart-libvirtd) lab_libvirtd_restart ;;
     labhost-lockup) lab_labhost_lockup ;;
+    guest-lockup)
+      [[ $# -eq 1 && "$(lab_state_get mode 2>/dev/null)" == nested ]] || lab_die "usage: tools/lab guest-lockup GUEST (a nested lab's)"
+      lab_guest_lockup "$1" ;;
     speed)
       [[ -f "$LAB_STATE/speed" ]] || lab_die "no speed measured: no lab is up (state: $LAB_STATE)"
       cat "$LAB_STATE/speed" ;;
