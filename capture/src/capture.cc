@@ -288,13 +288,16 @@ std::map<uint64_t, std::string> list_netns() {
 int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list ap) {
   // libbpf warnings (incl. verifier logs) only with -v: the caller reports
   // the failure itself in one line.
-  int lvl = level == LIBBPF_WARN ? 2 : level == LIBBPF_INFO ? 3 : 4;
+  const int lvl = level == LIBBPF_WARN ? 2 : level == LIBBPF_INFO ? 3 : 4;
+  const severity sev = level == LIBBPF_WARN ? severity::warning
+                       : level == LIBBPF_INFO ? severity::info
+                                              : severity::debug;
   if (lvl > log_verbosity()) return 0;
   std::vector<char> buf(1 << 16);
   vsnprintf(buf.data(), buf.size(), fmt, ap);
   std::string s = buf.data();
   while (!s.empty() && s.back() == '\n') s.pop_back();
-  log_line(lvl, s);
+  log_line_from(lvl, sev, s);
   return 0;
 }
 

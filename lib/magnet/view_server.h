@@ -33,6 +33,7 @@
 #include <boost/asio.hpp>
 
 #include "magnet/guest_schema.h"
+#include "magnet/log.h"
 #include "magnet/view_codec.h"
 
 namespace magnet::view {
@@ -104,9 +105,9 @@ struct token_bucket {
 // memory whatever peers do.
 class log_limiter {
  public:
-  using sink = void (*)(int level, const std::string& line);
+  using sink = void (*)(severity level, const std::string& line);
   explicit log_limiter(sink s, std::string prefix) : sink_(s), prefix_(std::move(prefix)) {}
-  void line(int level, const std::string& id, const std::string& subject, const std::string& text);
+  void line(severity level, const std::string& id, const std::string& subject, const std::string& text);
 
  private:
   struct entry {
@@ -129,7 +130,7 @@ class session_owner {
   virtual const published* values(uint32_t subject) const = 0;
   // Subscriptions per second of the subject (all its connections).
   virtual bool allow_subscribe(uint32_t subject) = 0;
-  virtual void log(int level, const std::string& id, uint32_t subject, const std::string& text) = 0;
+  virtual void log(severity level, const std::string& id, uint32_t subject, const std::string& text) = 0;
   // The host tids of the subject's vCPU threads: a guest peer's sched.*
   // records are its own vCPUs' only (null: none known, so none is sent).
   virtual const std::set<uint32_t>* vcpu_tids(uint32_t subject) const {

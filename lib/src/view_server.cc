@@ -42,7 +42,7 @@ bool token_bucket::take_at(steady::time_point now, double n) {
   return true;
 }
 
-void log_limiter::line(int level, const std::string& id, const std::string& subject,
+void log_limiter::line(severity level, const std::string& id, const std::string& subject,
                        const std::string& text) {
   constexpr int kLines = 5;
   constexpr auto kWindow = 10s;
@@ -84,7 +84,7 @@ void server_session::start() {
 void server_session::close(const std::string& why, bool warn) {
   if (closed_) return;
   closed_ = true;
-  owner_->log(warn ? 1 : 2, warn ? "closed" : "ended", p_.subject,
+  owner_->log(warn ? severity::warning : severity::info, warn ? "closed" : "ended", p_.subject,
               where() + " connection closed: " + why);
   boost::system::error_code ec;
   push_.cancel();
@@ -98,7 +98,7 @@ void server_session::fail(uint16_t code, const std::string& why) {
   if (closed_ || closing_) return;
   closing_ = true;
   close_why_ = why;
-  owner_->log(1, "refused", p_.subject, where() + ": " + why);
+  owner_->log(severity::warning, "refused", p_.subject, where() + ": " + why);
   // Nothing else is sent: the error, then the end.
   control_.clear();
   stats_.clear();
@@ -124,7 +124,7 @@ void server_session::check(steady::time_point now) {
   if (!paused_ && rd_.partial() && now - frame_start_ > lim.frame_deadline) {
     if (!p_.resyncable)
       return fail(MAGNET_VERR_TIMEOUT, "a frame did not complete within " + ms(lim.frame_deadline));
-    owner_->log(1, "bad_frame", p_.subject,
+    owner_->log(severity::warning, "bad_frame", p_.subject,
                 where() + ": a frame did not complete in time; resynchronising");
     rd_ = reader{};
     rd_.resync();
@@ -255,7 +255,8 @@ void server_session::on_read(boost::system::error_code ec, size_t n) {
     if (st == reader::state::more) break;
     if (st == reader::state::bad) {
       if (!p_.resyncable) return fail(MAGNET_VERR_BAD_FRAME, e.message);
-      owner_->log(1, "bad_frame", p_.subject, where() + ": " + e.message + "; resynchronising");
+      owner_->log(severity::warning, "bad_frame", p_.subject,
+                  where() + ": " + e.message + "; resynchronising");
       answer_error(MAGNET_VERR_BAD_FRAME, e.message);
       rd_.resync();
       continue;
@@ -263,7 +264,8 @@ void server_session::on_read(boost::system::error_code ec, size_t n) {
     frame_start_ = steady::now();
     if (!msgs_.take()) {
       if (!p_.resyncable) return fail(MAGNET_VERR_RATE, rate_why);
-      owner_->log(1, "rate", p_.subject, where() + ": message rate above the limit, dropped");
+      owner_->log(severity::warning, "rate", p_.subject,
+                  where() + ": message rate above the limit, dropped");
       answer_error(MAGNET_VERR_RATE, rate_why + ": dropped");
       continue;
     }
@@ -309,7 +311,7 @@ void server_session::pause() {
       (strikes_ >= fl.max_strikes ? std::to_string(strikes_) + " bad or refused messages"
                                   : std::to_string(window_bytes_) + " bytes") +
       " within " + ms(fl.window) + ": not read for " + ms(backoff_) + ", then resynchronised";
-  owner_->log(1, "flood", p_.subject, where() + ": " + why);
+  owner_->log(severity::warning, "flood", p_.subject, where() + ": " + why);
   answer_error(MAGNET_VERR_RATE, why, false);
   resume_.expires_after(backoff_);
   resume_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
@@ -345,7 +347,7 @@ void server_session::handle(frame& f) {
     subscribed_ = false;
     disarm();
     label_ = sanitize(h->label);
-    owner_->log(2, "hello", p_.subject, where() + " session, peer '" + label_ + "'");
+    owner_->log(severity::info, "hello", p_.subject, where() + " session, peer '" + label_ + "'");
     welcome w;
     w.version = v;
     w.session_id = p_.session_id;
@@ -395,7 +397,7 @@ void server_session::handle(frame& f) {
     gaps_sent_ = pub->gaps;
     last_sent_.clear();
     last_push_ = {};
-    owner_->log(2, "subscribe", p_.subject,
+    owner_->log(severity::info, "subscribe", p_.subject,
                 std::to_string(sub_.ids.size()) + " stats every " + std::to_string(sub_.period_ms) +
                     " ms, mode " + std::to_string(sub_.mode) +
                     (sub_.flags & MAGNET_VSUB_EVENTS ? ", events" : ""));
@@ -415,7 +417,7 @@ void server_session::handle(frame& f) {
 
 void server_session::reject(uint16_t code, const std::string& why) {
   if (++rejects_ > 10 && !p_.resyncable) return fail(code, why + " (too many errors: closing)");
-  owner_->log(1, "rejected", p_.subject, where() + ": " + why);
+  owner_->log(severity::warning, "rejected", p_.subject, where() + ": " + why);
   answer_error(code, why);
 }
 
@@ -533,7 +535,7 @@ void server_session::flush_events() {
   if (events_bytes_ + b.size() > owner_->limits().max_event_bytes) {
     events_lost_ += ev.n;
     lost_since_batch_ += ev.n;
-    owner_->log(1, "slow_reader", p_.subject,
+    owner_->log(severity::warning, "slow_reader", p_.subject,
                 where() + ": event batch dropped: " + std::to_string(events_bytes_) +
                     " bytes of events already wait");
     return;

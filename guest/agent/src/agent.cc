@@ -48,7 +48,7 @@ uint64_t random64() {
   return v;
 }
 
-void log_sink(int level, const std::string& line) { log_line(level, line); }
+void log_sink(severity level, const std::string& line) { log_line(level, line); }
 
 // This guest's vsock CID, or 0 when it has no vsock device.
 uint32_t local_cid() {
@@ -98,7 +98,7 @@ class agent : public view::session_owner, public std::enable_shared_from_this<ag
   const view::server_limits& limits() const override { return lim_; }
   const view::published* values(uint32_t) const override { return &pub_; }
   bool allow_subscribe(uint32_t) override { return subscribes_.take(); }
-  void log(int level, const std::string& id, uint32_t, const std::string& text) override {
+  void log(severity level, const std::string& id, uint32_t, const std::string& text) override {
     log_.line(level, "agent." + id, "local", text);
   }
   void forget(const view::server_session* s) override {
@@ -221,7 +221,7 @@ void agent::accept() {
   acceptor_.async_accept([self = shared_from_this()](boost::system::error_code ec, gsock s) {
     if (ec == asio::error::operation_aborted) return;
     if (ec) {
-      self->log_.line(1, "agent.accept_error", "local", ec.message() + "; still accepting");
+      self->log_.line(severity::warning, "agent.accept_error", "local", ec.message() + "; still accepting");
       auto t = std::make_shared<asio::steady_timer>(self->io_, 100ms);
       t->async_wait([self, t](boost::system::error_code) { self->accept(); });
       return;
@@ -262,7 +262,7 @@ void agent::connect_host() {
   }
   if (mode == m::none) {
     if (!said_no_host_)
-      log_line(1, "magnet-agent: [agent.no_host] no vsock device and no virtio-serial port named " +
+      log_warning("magnet-agent: [agent.no_host] no vsock device and no virtio-serial port named " +
                       opt_.channel + ": serving the guest's own data only");
     said_no_host_ = true;
     state_ = link_state::down;
@@ -290,7 +290,7 @@ void agent::connect_host() {
     vsock_->open(gproto(AF_VSOCK, 0), oec);
     if (oec) return retry_host("vsock socket: " + oec.message());
     if (auto bound = bind_reserved_vsock_port(vsock_->native_handle()); !bound)
-      log_.line(1, "agent.unprivileged_port", "host",
+      log_.line(severity::warning, "agent.unprivileged_port", "host",
                 "no vsock source port below 1024 (" + bound.err().message +
                     "; the agent must run as root or with CAP_NET_BIND_SERVICE): connecting "
                     "from a port the kernel picks, which the host refuses unless it runs with "
@@ -351,7 +351,8 @@ void agent::retry_host(const std::string& why) {
   vsock_.reset();
   port_.reset();
   state_ = link_state::down;
-  log_.line(2, "agent.host_retry", "host", why + "; again in " + std::to_string(backoff_.count()) + " ms");
+  log_.line(severity::info, "agent.host_retry", "host",
+            why + "; again in " + std::to_string(backoff_.count()) + " ms");
   link_timer_.expires_after(backoff_);
   backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(1000));
   link_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
@@ -362,7 +363,7 @@ void agent::retry_host(const std::string& why) {
 void agent::drop_host(const std::string& why) {
   if (state_ == link_state::up) {
     down_since_ = now_ns();
-    log_line(1, "magnet-agent: [agent.host_down] " + why);
+    log_warning("magnet-agent: [agent.host_down] " + why);
     republish(now_ns());
   }
   retry_host(why);
@@ -451,7 +452,7 @@ void agent::on_host_frame(view::frame& f) {
       down_since_ = 0;
     }
     host_vals_.clear();
-    log_line(1, std::string("magnet-agent: [agent.host_up] session ") +
+    log_notice(std::string("magnet-agent: [agent.host_up] session ") +
                     (other ? "(a new identity) " : "") + "over " +
                     (transport_ == 1 ? "vsock" : "virtio-serial") +
                     (last_gap_ms_ && gaps_ ? ", after a gap of " + std::to_string(last_gap_ms_) + " ms" : ""));
@@ -493,7 +494,8 @@ void agent::on_host_frame(view::frame& f) {
       journey_.set_offset(best.second);
     }
   } else if (auto* er = std::get_if<view::errmsg>(&f.m)) {
-    log_.line(1, "agent.host_error", "host", "error " + std::to_string(er->code) + ": " + er->text);
+    log_.line(severity::warning, "agent.host_error", "host",
+              "error " + std::to_string(er->code) + ": " + er->text);
   }
 }
 
@@ -518,7 +520,7 @@ void agent::start_probes() {
     auto c = capture::open(co);
     asio::post(self->io_, [self, c = std::make_shared<decltype(c)>(std::move(c))]() mutable {
       if (!*c) {
-        log_line(1, "magnet-agent: [agent.probes] guest probes unavailable: " + (*c).err().message);
+        log_warning("magnet-agent: [agent.probes] guest probes unavailable: " + (*c).err().message);
         return;
       }
       self->cap_ = std::move(**c);
@@ -528,7 +530,7 @@ void agent::start_probes() {
         if (self->opt_.journey && (t == MAGNET_EV_NET_SOCK_SEND || t == MAGNET_EV_NET_DEV_XMIT))
           mode |= MAGNET_MODE_STREAM;
         if (auto s = self->cap_->set_mode(t, mode); !s) {
-          log_line(1, "magnet-agent: [agent.probes] " + event_name(t) + ": " + s.err().message);
+          log_warning("magnet-agent: [agent.probes] " + event_name(t) + ": " + s.err().message);
           continue;
         }
         attached += (attached.empty() ? "" : ", ") + event_name(t);
@@ -539,13 +541,13 @@ void agent::start_probes() {
                                                a->journey_.guest_records(b);
                                            });
       if (!k) {
-        log_line(1, "magnet-agent: [agent.probes] " + k.err().message);
+        log_warning("magnet-agent: [agent.probes] " + k.err().message);
         return;
       }
       self->cons_ = std::move(*k);
       self->ring_fd_ = std::make_unique<asio::posix::stream_descriptor>(self->io_, ::dup(self->cons_->epoll_fd()));
       self->arm_ring();
-      log_line(1, "magnet-agent: [agent.probes] attached " + attached);
+      log_notice("magnet-agent: [agent.probes] attached " + attached);
     });
   }).detach();
 }
@@ -637,7 +639,7 @@ status agent::start() {
   connect_host();
   if (opt_.probes) start_probes();
   tick();
-  log_line(1, "magnet-agent: [agent.started] socket " + opt_.socket);
+  log_notice("magnet-agent: [agent.started] socket " + opt_.socket);
   return {};
 }
 
@@ -659,7 +661,7 @@ int run_agent(const agent_options& o) {
   asio::io_context io;
   auto a = std::make_shared<agent>(io, o);
   if (auto s = a->start(); !s) {
-    std::fprintf(stderr, "magnet-agent: %s\n", s.err().message.c_str());
+    log_error("magnet-agent: " + s.err().message);
     return 1;
   }
   asio::signal_set signals(io, SIGINT, SIGTERM);
@@ -677,7 +679,7 @@ int run_agent(const agent_options& o) {
   a->stop();
   io.restart();
   io.poll();
-  log_line(1, "magnet-agent: [agent.stopped]");
+  log_notice("magnet-agent: [agent.stopped]");
   return 0;
 }
 

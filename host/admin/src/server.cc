@@ -132,7 +132,7 @@ void admin_server::impl::accept() {
     if (self->closed) return;
     if (ec) {
       if (ec == asio::error::operation_aborted) return;
-      log_line(1, "magnet-host: [admin.accept_error] " + ec.message() + "; still accepting");
+      log_warning("magnet-host: [admin.accept_error] " + ec.message() + "; still accepting");
       auto t = std::make_shared<asio::steady_timer>(self->io, std::chrono::milliseconds(100));
       t->async_wait([self, t](boost::system::error_code) {
         if (!self->closed) self->accept();
@@ -140,7 +140,7 @@ void admin_server::impl::accept() {
       return;
     }
     if (self->clients >= kMaxClients) {
-      log_line(1, "magnet-host: [admin.busy] more than " + std::to_string(kMaxClients) +
+      log_warning("magnet-host: [admin.busy] more than " + std::to_string(kMaxClients) +
                       " clients at once; one refused");
     } else {
       self->serve(std::make_shared<local::socket>(std::move(s)));
@@ -159,7 +159,7 @@ void admin_server::impl::serve(std::shared_ptr<local::socket> s) {
   } else if (!said_no_groups) {
     // A kernel before 4.13: only the primary group counts, as before.
     said_no_groups = true;
-    log_line(1, "magnet-host: [admin.groups] " + g.err().message +
+    log_warning("magnet-host: [admin.groups] " + g.err().message +
                     ": peers' supplementary groups are not known; only their primary group counts");
   }
   const admin_access access = access_for(cr.uid, cr.gid, peer.groups, group);
@@ -194,7 +194,7 @@ void admin_server::impl::serve(std::shared_ptr<local::socket> s) {
         if (allowed) {
           *reply = self->h(line, peer) + "\n";
         } else {
-          log_line(1, "magnet-host: [admin.denied] uid " + std::to_string(peer.uid) + " (pid " +
+          log_warning("magnet-host: [admin.denied] uid " + std::to_string(peer.uid) + " (pid " +
                           std::to_string(peer.pid) + ") is neither root nor in the socket's group");
           *reply = "error permission denied: uid " + std::to_string(peer.uid) +
                    " is neither root nor in the daemon's read-only group\n";

@@ -45,7 +45,7 @@ void host_daemon::vm_changed(const vm_info& vm) {
   asio::post(io_, [this, vm] {
     auto old = vms_.find(vm.vm_id);
     if (old == vms_.end() || old->second.qemu_pid != vm.qemu_pid) {
-      log_line(2, "magnet-host: [vm.up] " + vm.name + " id " + std::to_string(vm.vm_id) +
+      log_notice("magnet-host: [vm.up] " + vm.name + " id " + std::to_string(vm.vm_id) +
                       " qemu pid " + std::to_string(vm.qemu_pid));
       // A new process is a new identity: a new session for its guest.
       sessions_[vm.vm_id] = random64();
@@ -63,7 +63,7 @@ void host_daemon::vm_gone(uint32_t vm_id) {
   (void)cap_->untag_vm(vm_id);
   asio::post(io_, [this, vm_id] {
     if (!vms_.count(vm_id)) return;
-    log_line(2, "magnet-host: [vm.down] id " + std::to_string(vm_id));
+    log_notice("magnet-host: [vm.down] id " + std::to_string(vm_id));
     vms_.erase(vm_id);
     sessions_.erase(vm_id);
     eng_.remove_vm(vm_id);
@@ -97,7 +97,7 @@ status host_daemon::setup_capture() {
   for (uint16_t t : *types) {
     const probe_plan* p = cap_->plan_for(t);
     if (!p || p->chosen < 0) {
-      log_line(1, "magnet-host: [probe.unavailable] " + event_name(t) + " cannot attach here");
+      log_warning("magnet-host: [probe.unavailable] " + event_name(t) + " cannot attach here");
       continue;
     }
     // Everything is VM-only: the host daemon serves per-VM figures.  Every
@@ -124,7 +124,7 @@ status host_daemon::setup_capture() {
 void host_daemon::arm_ring() {
   ring_fd_->async_wait(asio::posix::descriptor_base::wait_read, [this](boost::system::error_code ec) {
     if (ec) return;
-    if (auto r = cons_->drain(); !r) log_line(0, "magnet-host: " + r.err().message);
+    if (auto r = cons_->drain(); !r) log_error("magnet-host: " + r.err().message);
     arm_ring();
   });
 }

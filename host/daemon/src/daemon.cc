@@ -26,7 +26,7 @@ int host_daemon::open_endpoints(gid_t group) {
   auto adm = admin_server::open(io_, opt_.socket_path, group,
                                 [this](const std::string& l, const admin_peer& p) { return handle(l, p); });
   if (!adm) {
-    std::fprintf(stderr, "magnet host: %s\n", adm.err().message.c_str());
+    log_error("magnet host: " + adm.err().message);
     return 1;
   }
   admin_ = std::move(*adm);
@@ -41,12 +41,12 @@ int host_daemon::drop_privileges() {
   const auto keep = daemon_capabilities(opt_.deliver && opt_.delivery.serial);
   auto kept = keep_only_capabilities(keep);
   if (!kept) {
-    std::fprintf(stderr, "magnet host: %s\n", kept.err().message.c_str());
+    log_error("magnet host: " + kept.err().message);
     return 1;
   }
-  log_line(1, "magnet-host: [privileges] capabilities kept: " + *kept);
+  log_notice("magnet-host: [privileges] capabilities kept: " + *kept);
   for (const auto& c : keep)
-    log_line(2, "magnet-host: [privileges] " + capability_names(uint64_t{1} << c.cap) + ": " + c.why);
+    log_info("magnet-host: [privileges] " + capability_names(uint64_t{1} << c.cap) + ": " + c.why);
   return 0;
 }
 
@@ -54,22 +54,21 @@ int host_daemon::drop_privileges() {
 // (seccomp.h), on every thread, the registry's included (it starts next).
 int host_daemon::filter_syscalls() {
   if (!opt_.seccomp) {
-    log_line(1, "magnet-host: [seccomp] syscall filter off (--no-seccomp)");
+    log_warning("magnet-host: [seccomp] syscall filter off (--no-seccomp)");
     return 0;
   }
   auto f = install_syscall_filter();
   if (!f) {
-    std::fprintf(stderr, "magnet host: %s (--no-seccomp runs without the filter)\n",
-                 f.err().message.c_str());
+    log_error("magnet host: " + f.err().message + " (--no-seccomp runs without the filter)");
     return 1;
   }
-  log_line(1, "magnet-host: [seccomp] syscall filter on: " + *f);
+  log_notice("magnet-host: [seccomp] syscall filter on: " + *f);
   for (const auto& g : daemon_syscalls()) {
     std::string names;
     for (const auto& n : g.names) names += (names.empty() ? "" : ",") + n;
-    log_line(2, "magnet-host: [seccomp] " + names + ": " + g.why);
+    log_info("magnet-host: [seccomp] " + names + ": " + g.why);
   }
-  log_line(2, "magnet-host: [seccomp] " + daemon_syscall_rules());
+  log_debug("magnet-host: [seccomp] " + daemon_syscall_rules());
   return 0;
 }
 
@@ -83,9 +82,11 @@ void host_daemon::serve_signals(asio::signal_set& signals) {
       return;
     }
     auto s = load_views();
-    log_line(1, s ? "magnet-host: [views.reloaded] " +
-                        (opt_.views_path.empty() ? std::string("default views") : opt_.views_path)
-                  : "magnet-host: [views.rejected] keeping the old views: " + s.err().message);
+    if (s)
+      log_notice("magnet-host: [views.reloaded] " +
+                 (opt_.views_path.empty() ? std::string("default views") : opt_.views_path));
+    else
+      log_error("magnet-host: [views.rejected] keeping the old views: " + s.err().message);
     serve_signals(signals);
   });
 }
@@ -100,26 +101,26 @@ void host_daemon::drain() {
   admin_.reset();
   streams_.clear();
   http_.reset();
-  log_line(1, "magnet-host: [stopped] " + std::to_string(cons_->records()) + " records, " +
-                  std::to_string(cons_->lost()) + " lost");
+  log_notice("magnet-host: [stopped] " + std::to_string(cons_->records()) + " records, " +
+             std::to_string(cons_->lost()) + " lost");
 }
 
 int host_daemon::run() {
   if (auto s = load_views(); !s) {
-    std::fprintf(stderr, "magnet host: views: %s\n", s.err().message.c_str());
+    log_error("magnet host: views: " + s.err().message);
     return 2;
   }
   gid_t group = static_cast<gid_t>(-1);
   if (!opt_.socket_group.empty()) {
     auto g = group_id(opt_.socket_group);
     if (!g) {
-      std::fprintf(stderr, "magnet host: --socket-group: %s\n", g.err().message.c_str());
+      log_error("magnet host: --socket-group: " + g.err().message);
       return 2;
     }
     group = *g;
   }
   if (auto s = setup_capture(); !s) {
-    std::fprintf(stderr, "magnet host: %s\n", s.err().message.c_str());
+    log_error("magnet host: " + s.err().message);
     return 1;
   }
   if (int rc = open_endpoints(group)) return rc;
@@ -131,7 +132,7 @@ int host_daemon::run() {
   (void)reg_.reconcile();  // a libvirt that is down: the registry thread says so
   if (opt_.deliver) {
     if (auto s = hub_.start(); !s) {
-      std::fprintf(stderr, "magnet host: delivery: %s\n", s.err().message.c_str());
+      log_error("magnet host: delivery: " + s.err().message);
       return 1;
     }
   }
@@ -146,14 +147,14 @@ int host_daemon::run() {
   reg_.start();
   arm_ring();
   tick();
-  log_line(1, "magnet-host: [started] probes " + cap_->attach_summary() + "; libvirt " + opt_.uri +
-                  "; socket " + opt_.socket_path +
-                  (opt_.deliver ? std::string("; delivery ") +
-                                      (hub_.listening_vsock()
-                                           ? "vsock port " + std::to_string(opt_.delivery.vsock_port)
-                                           : std::string("without vsock")) +
-                                      (opt_.delivery.serial ? ", virtio-serial channels" : "")
-                                : std::string("; delivery off")));
+  log_notice("magnet-host: [started] probes " + cap_->attach_summary() + "; libvirt " + opt_.uri +
+                 "; socket " + opt_.socket_path +
+                 (opt_.deliver ? std::string("; delivery ") +
+                                     (hub_.listening_vsock()
+                                          ? "vsock port " + std::to_string(opt_.delivery.vsock_port)
+                                          : std::string("without vsock")) +
+                                     (opt_.delivery.serial ? ", virtio-serial channels" : "")
+                               : std::string("; delivery off")));
   io_.run();
   drain();
   return 0;
@@ -167,7 +168,7 @@ int run_daemon(const daemon_options& o) {
   ::signal(SIGPIPE, SIG_IGN);
   host_daemon d(o);
   if (std::string why = http_access_problem(o); !why.empty()) {
-    std::fprintf(stderr, "magnet host: %s\n", why.c_str());
+    log_error("magnet host: " + why);
     return 2;
   }
   return d.run();

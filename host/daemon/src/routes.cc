@@ -17,7 +17,7 @@ bool host_daemon::serve_http() {
   ho.hosts = opt_.http_hosts;
   auto h = http_server::open(io_, *opt_.http, ho);
   if (!h) {
-    std::fprintf(stderr, "magnet host: %s\n", h.err().message.c_str());
+    log_error("magnet host: " + h.err().message);
     return false;
   }
   http_ = std::move(*h);
@@ -31,15 +31,15 @@ bool host_daemon::serve_http() {
   });
   serve_dashboard();
   const http_endpoint at = http_->local_endpoint();
-  log_line(1, "magnet-host: [http] serving /metrics on http://" + at.text() + "/metrics" +
+  log_notice("magnet-host: [http] serving /metrics on http://" + at.text() + "/metrics" +
                   (at.loopback ? "" : " (not loopback: only with a token of --http-tokens)"));
-  log_line(1, "magnet-host: [http] dashboard on http://" + at.text() + "/" +
+  log_notice("magnet-host: [http] dashboard on http://" + at.text() + "/" +
                   (opt_.http_tokens.empty() ? std::string(" (no tokens: loopback only)")
                                             : " (" + std::to_string(opt_.http_tokens.tokens.size()) +
                                                   " tokens of --http-tokens)"));
   std::string names;
   for (const auto& n : http_->host_names()) names += (names.empty() ? "" : ", ") + n.text();
-  log_line(1, "magnet-host: [http] answering requests whose Host is " + names + " (more: --http-host)");
+  log_notice("magnet-host: [http] answering requests whose Host is " + names + " (more: --http-host)");
   return true;
 }
 

@@ -19,7 +19,7 @@ void host_daemon::resolve_links() {
     std::string note;
     links.push_back(resolve_link(opt_.links[i], note));
     if (note != link_notes_[i])
-      log_line(1, "magnet-host: [link] " + links.back().name + ": " + note);
+      log_notice("magnet-host: [link] " + links.back().name + ": " + note);
     link_notes_[i] = std::move(note);
   }
   metrics_.set_links(std::move(links));

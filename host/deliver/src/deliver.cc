@@ -44,7 +44,7 @@ uint64_t now_ns() { return view::monotonic_now_ns(); }
 // registry is slow to answer.
 constexpr unsigned kMaxChecks = 16;
 
-void log_sink(int level, const std::string& line) { log_line(level, line); }
+void log_sink(severity level, const std::string& line) { log_line(level, line); }
 
 }  // namespace
 
@@ -101,11 +101,11 @@ struct delivery_hub::impl : view::session_owner, std::enable_shared_from_this<im
   bool allow_subscribe(uint32_t vm) override {
     auto it = vms.find(vm);
     if (it == vms.end() || it->second.subscribes.take()) return it != vms.end();
-    log_.line(1, "deliver.rate", who(vm),
+    log_.line(severity::warning, "deliver.rate", who(vm),
               "more than " + std::to_string(opt.max_subscribes_per_s) + " subscriptions per second");
     return false;
   }
-  void log(int level, const std::string& id, uint32_t vm, const std::string& text) override {
+  void log(severity level, const std::string& id, uint32_t vm, const std::string& text) override {
     log_.line(level, "deliver." + id, who(vm), text);
   }
   void forget(const session* s) override;
@@ -163,7 +163,7 @@ void delivery_hub::impl::accept() {
     if (ec) {
       if (ec == asio::error::operation_aborted) return;
       // Keep accepting; wait a little when the process is out of fds.
-      self->log_.line(1, "deliver.accept_error", "vsock", ec.message());
+      self->log_.line(severity::warning, "deliver.accept_error", "vsock", ec.message());
       auto t = std::make_shared<asio::steady_timer>(self->io_, std::chrono::milliseconds(100));
       t->async_wait([self, t](boost::system::error_code) {
         if (!self->stopped) self->accept();
@@ -190,7 +190,7 @@ void delivery_hub::impl::on_accept(gsock s, const gproto::endpoint& peer) {
 void delivery_hub::impl::refuse(gsock& s, vsock_peer p, const verdict& v) {
   adm.count(v.vm, v.why);
   const std::string from = "cid " + std::to_string(p.cid);
-  log_.line(1, "deliver.refused." + std::string(refusal_name(v.why)), v.vm ? who(v.vm) : from,
+  log_.line(severity::warning, "deliver.refused." + std::string(refusal_name(v.why)), v.vm ? who(v.vm) : from,
             "vsock connection from " + from + " refused: " + v.text + " (source port " +
                 std::to_string(p.port) + ")");
   std::vector<uint8_t> b;
@@ -262,13 +262,13 @@ void delivery_hub::impl::settle(gsock s, vsock_peer p, uint32_t vm, uint64_t sid
   auto pl = adm.place(open);
   if (pl.why != refusal::none) return refuse(s, p, {pl.why, vm, pl.text});
   if (pl.evict) {
-    log_.line(1, "deliver.replaced", who(vm),
+    log_.line(severity::notice, "deliver.replaced", who(vm),
               "vsock connection from port " + std::to_string(mine[*pl.evict]->info().peer_port) +
                   " closed for a new one from port " + std::to_string(p.port) + ": " + pl.text);
     mine[*pl.evict]->fail(MAGNET_VERR_REFUSED, pl.text);
   }
   adm.count_accepted(vm, pl.evict.has_value());
-  log_.line(2, "deliver.accepted", who(vm),
+  log_.line(severity::info, "deliver.accepted", who(vm),
             "vsock connection from cid " + std::to_string(p.cid) + " port " + std::to_string(p.port));
   add(std::move(s), transport::vsock, vm, p.cid, sid, p.port);
 }
@@ -280,7 +280,7 @@ void delivery_hub::impl::connect_channel(uint32_t vm) {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   if (e.id.channel.size() >= sizeof sa.sun_path) {
-    log_.line(1, "deliver.channel", who(vm), "channel path too long: " + e.id.channel);
+    log_.line(severity::warning, "deliver.channel", who(vm), "channel path too long: " + e.id.channel);
     e.retry_at = clock_type::now() + std::chrono::hours(1);
     return;
   }
@@ -297,7 +297,7 @@ void delivery_hub::impl::connect_channel(uint32_t vm) {
                         if (self->stopped) return;
                         if (ec) {
                           e.retry_at = clock_type::now() + std::chrono::seconds(1);
-                          self->log_.line(2, "deliver.channel", self->who(vm),
+                          self->log_.line(severity::info, "deliver.channel", self->who(vm),
                                          "cannot connect to " + e.id.channel + ": " + ec.message());
                           return;
                         }
@@ -306,7 +306,7 @@ void delivery_hub::impl::connect_channel(uint32_t vm) {
                         socklen_t len = sizeof cr;
                         if (getsockopt(sock->native_handle(), SOL_SOCKET, SO_PEERCRED, &cr, &len) ||
                             cr.pid != e.id.qemu_pid) {
-                          self->log_.line(1, "deliver.refused", self->who(vm),
+                          self->log_.line(severity::warning, "deliver.refused", self->who(vm),
                                          "view channel " + e.id.channel + " is served by pid " +
                                              std::to_string(cr.pid) + ", not the VM's QEMU (pid " +
                                              std::to_string(e.id.qemu_pid) + ")");
@@ -315,7 +315,7 @@ void delivery_hub::impl::connect_channel(uint32_t vm) {
                           e.retry_at = clock_type::now() + std::chrono::seconds(5);
                           return;
                         }
-                        self->log_.line(2, "deliver.channel", self->who(vm),
+                        self->log_.line(severity::info, "deliver.channel", self->who(vm),
                                         "connected to view channel " + e.id.channel);
                         e.channel = self->add(std::move(*sock), transport::serial, vm, 0, sid);
                       });
@@ -345,7 +345,7 @@ status delivery_hub::start() {
   using vm = deliver_options::vsock_mode;
   if (p_->opt.vsock == vm::off) return {};
   if (p_->opt.vsock == vm::automatic && ::access("/dev/vhost-vsock", F_OK) != 0) {
-    log_line(2, "magnet-host: [deliver.vsock_off] no /dev/vhost-vsock: this host runs no vsock "
+    log_info("magnet-host: [deliver.vsock_off] no /dev/vhost-vsock: this host runs no vsock "
                 "guests, so no vsock listener (--vsock on forces one)");
     return {};
   }
@@ -364,10 +364,10 @@ status delivery_hub::start() {
     std::string why = "cannot listen on vsock port " + std::to_string(p_->opt.vsock_port) + ": " +
                       e.what();
     if (p_->opt.vsock == vm::on) return error{why};
-    log_line(1, "magnet-host: [deliver.vsock_off] " + why);
+    log_warning("magnet-host: [deliver.vsock_off] " + why);
     return {};
   }
-  log_line(2, "magnet-host: [deliver.listen] vsock port " + std::to_string(p_->opt.vsock_port));
+  log_info("magnet-host: [deliver.listen] vsock port " + std::to_string(p_->opt.vsock_port));
   p_->accept();
   return {};
 }

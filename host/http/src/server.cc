@@ -288,7 +288,7 @@ class session : public std::enable_shared_from_this<session>, public http_stream
       try {
         rep = st->second(r);
       } catch (const std::exception& e) {
-        log_line(0, std::string("magnet-host: [http.error] ") + r.path + ": " + e.what());
+        log_error(std::string("magnet-host: [http.error] ") + r.path + ": " + e.what());
         rep.refuse = http_response{500, "text/plain; charset=utf-8", "internal error\n"};
       }
       if (rep.refuse) return send(*rep.refuse, version, keep, false);
@@ -319,7 +319,7 @@ class session : public std::enable_shared_from_this<session>, public http_stream
     try {
       res = (*h)(r);
     } catch (const std::exception& e) {  // a handler's bug is the request's failure, not the daemon's
-      log_line(0, std::string("magnet-host: [http.error] ") + r.path + ": " + e.what());
+      log_error(std::string("magnet-host: [http.error] ") + r.path + ": " + e.what());
       res = {500, "text/plain; charset=utf-8", "internal error\n"};
     }
     send(res, version, keep, req.method() == http::verb::head);
@@ -545,7 +545,7 @@ void http_server::state::accept() {
       evicted = true;
       self->evicted++;
       if (!self->evicting_logged)
-        log_line(1, "magnet-host: [http.evicted] " + std::to_string(self->opt.max_connections) +
+        log_warning("magnet-host: [http.evicted] " + std::to_string(self->opt.max_connections) +
                         " connections open, the most allowed; a new one takes the slot of one idle "
                         "or not reading");
       self->evicting_logged = true;
@@ -553,7 +553,7 @@ void http_server::state::accept() {
     if (self->live >= self->opt.max_connections) {
       self->refused++;
       if (!self->refusing_logged)
-        log_line(1, "magnet-host: [http.refused] " + std::to_string(self->live) + " connections open (" +
+        log_warning("magnet-host: [http.refused] " + std::to_string(self->live) + " connections open (" +
                         std::to_string(self->open_streams) +
                         " event streams), none idle; closing new ones");
       self->refusing_logged = true;

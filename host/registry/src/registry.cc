@@ -171,7 +171,7 @@ void on_device(virConnectPtr, virDomainPtr d, const char* alias, void* self) {
   if (virDomainGetUUIDString(d, uuid) != 0) return;
   if (log_verbosity() >= 2) {
     const char* name = virDomainGetName(d);
-    log_line(2, std::string("magnet-host: [registry.device] domain ") + (name ? name : uuid) +
+    log_info(std::string("magnet-host: [registry.device] domain ") + (name ? name : uuid) +
                     ": device " + (alias ? alias : "?") + (added ? " added" : " removed") +
                     "; describing it again");
   }
@@ -275,7 +275,7 @@ status registry::connect() {
   int added = virConnectDomainEventRegisterAny(c, nullptr, VIR_DOMAIN_EVENT_ID_DEVICE_ADDED,
                                                VIR_DOMAIN_EVENT_CALLBACK(on_device<true>), this, nullptr);
   if (removed < 0 || added < 0)
-    log_line(1, "magnet-host: [registry.events] libvirt at " + uri_ +
+    log_warning("magnet-host: [registry.events] libvirt at " + uri_ +
                     " gives no device events; hot-plugged devices are seen within " +
                     std::to_string(period_.count()) + " ms");
   callbacks_.push_back(removed);
@@ -338,27 +338,28 @@ uint32_t registry::id_for(const std::string& uuid) {
 void registry::note_xml_error(const vm_info& vm, const std::string& why) {
   auto& last = xml_errors_[vm.uuid];
   if (last != why)
-    log_line(1, "magnet-host: [registry.xml] domain " + vm.name + " (" + vm.uuid + "): " + why +
+    log_warning("magnet-host: [registry.xml] domain " + vm.name + " (" + vm.uuid + "): " + why +
                     "; what the registry knew of it stays (nothing, if it is new)");
   last = why;
 }
 
 status registry::reconcile() {
   if (conn_ && !connected_) {
-    log_line(1, "magnet-host: [registry.lost] connection to " + uri_ + " lost; reconnecting");
+    log_warning("magnet-host: [registry.lost] connection to " + uri_ + " lost; reconnecting");
     disconnect();
   }
   if (!conn_) {
     auto s = connect();
     if (!s) {
       if (s.err().message != last_error_)
-        log_line(1, "magnet-host: [registry.down] " + s.err().message + "; retrying every " +
+        log_warning("magnet-host: [registry.down] " + s.err().message + "; retrying every " +
                         std::to_string(period_.count()) + " ms");
       last_error_ = s.err().message;
       return s;
     }
-    if (!last_error_.empty() || log_verbosity() >= 2)
-      log_line(1, "magnet-host: [registry.up] connected to " + uri_);
+    // Back after an outage is news; the first connection is only -v's.
+    log_line(last_error_.empty() ? severity::info : severity::notice,
+             "magnet-host: [registry.up] connected to " + uri_);
     last_error_.clear();
   }
   auto c = static_cast<virConnectPtr>(conn_);
@@ -524,12 +525,12 @@ void registry::pass(std::chrono::steady_clock::time_point& due) {
     return;
   }
   for (const auto& uuid : devices)
-    if (auto s = refresh(uuid); !s) log_line(2, "magnet-host: [registry.refresh] " + s.err().message);
+    if (auto s = refresh(uuid); !s) log_info("magnet-host: [registry.refresh] " + s.err().message);
 }
 
 void registry::failed(const std::string& what) {
   if (pass_error_ != what)
-    log_line(0, "magnet-host: [registry.error] a pass failed: " + what + "; the next one tells every VM again");
+    log_error("magnet-host: [registry.error] a pass failed: " + what + "; the next one tells every VM again");
   pass_error_ = what;
   resync_ = true;
 }
