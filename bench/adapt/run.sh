@@ -104,11 +104,11 @@ for c in ${cases//,/ }; do
   mkdir -p "$d"
   tcp=""
   [[ $c == tcp ]] && tcp=--tcp
-  ip netns exec "$ns" "$adapt" receive --port 6001 $tcp --duration $((total + 6)) --interval 100 >"$d/g1-recv.jsonl" &
+  ip netns exec "$ns" "$adapt" receive --port 6001 $tcp --duration $((total + 6)) --interval 100ms >"$d/g1-recv.jsonl" &
   pids+=($!)
-  ip netns exec "$ns" "$adapt" receive --port 6002 --duration $((total + 6)) --interval 100 >"$d/g2-udp.jsonl" &
+  ip netns exec "$ns" "$adapt" receive --port 6002 --duration $((total + 6)) --interval 100ms >"$d/g2-udp.jsonl" &
   pids+=($!)
-  ip netns exec "$ns" "$adapt" receive --port 6003 --tcp --duration $((total + 6)) --interval 100 >"$d/g2-tcp.jsonl" &
+  ip netns exec "$ns" "$adapt" receive --port 6003 --tcp --duration $((total + 6)) --interval 100ms >"$d/g2-tcp.jsonl" &
   pids+=($!)
   # g1's bottleneck delay and the link's bytes, every 0.5 s on the host.
   (

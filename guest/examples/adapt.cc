@@ -3,7 +3,7 @@
 // a given size, sent as fast as the network allows).
 //
 //   magnet-adapt send --to ADDR:PORT (--adaptive | --fixed RATE | --tcp) [options]
-//   magnet-adapt receive --port PORT [--tcp] [--bind ADDR] [--duration T] [--interval MS]
+//   magnet-adapt receive --port PORT [--tcp] [--bind ADDR] [--duration T] [--interval T]
 //
 // send: UDP datagrams of 1400 bytes carrying a sequence number, grouped in
 // frames (--frame BYTES, default 64 KiB).  --adaptive takes the rate from
@@ -44,6 +44,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "magnet/cli.h"
 #include "magnet/client.hpp"
 
 namespace {
@@ -148,21 +149,25 @@ double parse_rate(const std::string& s) {
   return v;
 }
 
-double parse_secs(const std::string& s) {
-  double v = std::strtod(s.c_str(), nullptr);
-  if (!(v > 0)) {
-    std::fprintf(stderr, "magnet-adapt: '%s' is not a duration in seconds\n", s.c_str());
+// A duration in seconds, in the syntax of every magnet program (magnet/cli.h):
+// a bare number is seconds for --duration; --interval, which took
+// milliseconds, needs its unit.
+double parse_secs(const std::string& option, const std::string& s,
+                  magnet::cli::bare_number bare = magnet::cli::bare_number::seconds) {
+  auto ns = magnet::cli::parse_duration_ns(s, bare);
+  if (!ns) {
+    std::fprintf(stderr, "magnet-adapt: %s: %s\n", option.c_str(), ns.err().message.c_str());
     std::exit(2);
   }
-  return v;
+  return static_cast<double>(*ns) / 1e9;
 }
 
 const char* kUsage =
     "usage: magnet-adapt send --to ADDR:PORT (--adaptive | --fixed RATE | --tcp)\n"
     "                         [--frame BYTES] [--min RATE] [--max RATE] [--headroom F]\n"
-    "                         [--duration S] [--socket PATH]\n"
-    "       magnet-adapt receive --port PORT [--tcp] [--bind ADDR] [--duration S]\n"
-    "                            [--interval MS]\n"
+    "                         [--duration T] [--socket PATH]\n"
+    "       magnet-adapt receive --port PORT [--tcp] [--bind ADDR] [--duration T]\n"
+    "                            [--interval T]\n"
     "\n"
     "send: frames of UDP datagrams to ADDR:PORT at the rate this VM's view says is available\n"
     "(link.available_bps, --adaptive), at a fixed RATE, or one TCP connection;\n"
@@ -171,14 +176,15 @@ const char* kUsage =
     "  --min RATE      lowest rate (default 200k), --max RATE highest (default 1G);\n"
     "                  RATE: 20M, 500k, 1000000 (bit/s)\n"
     "  --headroom F    fraction of the available rate used, in (0, 1] (default 0.95)\n"
-    "  --duration S    stop after S seconds (default: never)\n"
+    "  --duration T    stop after T (default: never)\n"
     "  --socket PATH   the agent's socket (default /run/magnet/agent.sock)\n"
     "receive: counts what arrives on PORT (UDP, or TCP with --tcp) and prints\n"
     "one JSON line per interval.\n"
     "  --bind ADDR     local address (default 0.0.0.0)\n"
-    "  --duration S    stop after S seconds (default: never)\n"
-    "  --interval MS   reporting interval in milliseconds (default 100)\n"
-    "-h, --help: this text.\n";
+    "  --duration T    stop after T (default: never)\n"
+    "  --interval T    reporting interval (default 100ms; T needs its unit here)\n"
+    "-h, --help: this text.\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 // The usage text: asked for (--help), on standard output with status 0;
 // else after a usage error, on standard error with status 2.
@@ -211,7 +217,7 @@ std::optional<send_opts> parse_send(const std::vector<std::string>& a) {
     else if (a[i] == "--max") o.max_bps = parse_rate(val());
     else if (a[i] == "--headroom") o.headroom = std::strtod(val().c_str(), nullptr);
     else if (a[i] == "--frame") o.frame_bytes = static_cast<size_t>(std::max(1.0, parse_rate(val())));
-    else if (a[i] == "--duration") o.duration = parse_secs(val());
+    else if (a[i] == "--duration") o.duration = parse_secs("--duration", val());
     else if (a[i] == "--socket") o.socket = val();
     else usage();
   }
@@ -399,8 +405,9 @@ int receive_cmd(const std::vector<std::string>& a) {
     else if (a[i] == "--tcp") tcp = true;
     else if (a[i] == "--port") port = std::atoi(val().c_str());
     else if (a[i] == "--bind") bind_addr = val();
-    else if (a[i] == "--duration") duration = parse_secs(val());
-    else if (a[i] == "--interval") interval_ms = parse_secs(val());
+    else if (a[i] == "--duration") duration = parse_secs("--duration", val());
+    else if (a[i] == "--interval")
+      interval_ms = 1e3 * parse_secs("--interval", val(), magnet::cli::bare_number::refused);
     else usage();
   }
   if (port <= 0 || port > 65535) {

@@ -1,7 +1,7 @@
 /* magnet-watch: prints the stats it is given whenever they arrive
  * (callback style, C).
  *
- *   magnet-watch [--socket PATH] [--period MS] [--count N] [STAT...]
+ *   magnet-watch [--socket PATH] [--period T] [--count N] [STAT...]
  *
  * Default stats: link.available_bps tap.tx_bps vcpu.run_sum.  One line per
  * value: its name, value, unit, validity, window and age; "(gap)" marks the
@@ -10,19 +10,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "magnet/cli_c.h"
 #include "magnet/client.h"
 
 static long printed;
 
 static const char usage_text[] =
-	"usage: magnet-watch [--socket PATH] [--period MS] [--count N] [STAT...]\n"
+	"usage: magnet-watch [--socket PATH] [--period T] [--count N] [STAT...]\n"
 	"\n"
 	"Prints each STAT of this VM's view whenever it arrives (default:\n"
 	"link.available_bps tap.tx_bps vcpu.run_sum): name, value, unit, validity,\n"
 	"window and age; \"(gap)\" marks the first values after the agent or the\n"
 	"host came back.\n"
 	"  --socket PATH  the agent's socket (default /run/magnet/agent.sock)\n"
-	"  --period MS    how often the values come, in milliseconds (default 1000)\n"
+	"  --period T     how often the values come (default 1s; T is a duration\n"
+	"                 with its unit: 100ms, 2.5s, 1min)\n"
 	"  --count N      stop after N values (default: never)\n"
 	"  -h, --help     this text\n";
 
@@ -41,6 +43,25 @@ static void on_value(const magnet_value *v, void *user)
 	printed++;
 }
 
+/* --period in the duration syntax of every magnet program (magnet/cli.h);
+ * it took milliseconds before, so a bare number is refused. */
+static int parse_period(const char *s, unsigned *ms)
+{
+	unsigned long long ns;
+	char why[160];
+
+	if (magnet_cli_duration_ns(s, 0, &ns, why, sizeof why) != 0) {
+		fprintf(stderr, "magnet-watch: --period: %s\n", why);
+		return -1;
+	}
+	if (ns < 1000000ull || ns / 1000000ull > 3600000ull) {
+		fprintf(stderr, "magnet-watch: --period: '%s' is not from 1ms to 1h\n", s);
+		return -1;
+	}
+	*ms = (unsigned)(ns / 1000000ull);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = NULL, *names[64];
@@ -54,8 +75,10 @@ int main(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(argv[i], "--socket") && i + 1 < argc)
 			sock = argv[++i];
-		else if (!strcmp(argv[i], "--period") && i + 1 < argc)
-			period = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--period") && i + 1 < argc) {
+			if (parse_period(argv[++i], &period) != 0)
+				return 2;
+		}
 		else if (!strcmp(argv[i], "--count") && i + 1 < argc)
 			count = atol(argv[++i]);
 		else if (argv[i][0] == '-') {

@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "magnet/cli.h"
 #include "magnet/event.h"
 #include "magnet/events.h"
 #include "magnet/reserved_port.h"
@@ -554,7 +555,7 @@ const char* kUsage =
     "    channel and must be stopped first)\n"
     "    forged-hello NAME UUID  hello naming another VM, subscribe to every\n"
     "                            stat and to events; prints what arrives\n"
-    "    events SECONDS [MAX]    speaks the protocol itself: subscribes to\n"
+    "    events T [MAX]          speaks the protocol itself: subscribes to\n"
     "                            every event type (an empty list), and halfway\n"
     "                            asks for host-only types (proc.fork,\n"
     "                            net.l4.send), which must be refused by name\n"
@@ -566,14 +567,33 @@ const char* kUsage =
     "    malformed               bytes that are no frame\n"
     "    oversize                a header announcing a body of 1 MiB\n"
     "    truncated               half a frame, then silence\n"
-    "    byte-at-a-time MS       a valid subscribe, one byte every MS ms\n"
-    "    never-read SECONDS [RCVBUF]  subscribe every 20 ms (with events), never\n"
+    "    byte-at-a-time T        a valid subscribe, one byte every T\n"
+    "    never-read T [RCVBUF]   subscribe every 20 ms (with events), for T, never\n"
     "                            read (SO_RCVBUF RCVBUF first, 4096; 0: not set)\n"
     "    churn N                 N connects and disconnects, as fast as it can\n"
     "    flood                   pings as fast as it can\n"
-    "    watch SECONDS PERIOD    a well-behaved session: frames, the longest\n"
-    "                            gap between them and the 99th percentile gap\n"
-    "    -h, --help              this text\n";
+    "    watch T PERIOD          a well-behaved session for T, frames every\n"
+    "                            PERIOD: frames, the longest gap between them\n"
+    "                            and the 99th percentile gap\n"
+    "    -h, --help              this text\n"
+    "T, PERIOD: a duration, a number and a unit (ns, us, ms, s, min): 500ms,\n"
+    "2.5s, 1min; a bare number is seconds for T; PERIOD and byte-at-a-time's T\n"
+    "took milliseconds and need their unit.\n";
+
+// A mode's duration argument in whole units of @unit_ns (magnet/cli.h's syntax).
+int whole(const std::string& what, const std::string& v, uint64_t unit_ns, cli::bare_number bare) {
+  const uint64_t ns = cli::need(cli::parse_duration_ns(v, bare), what);
+  if (ns % unit_ns || ns / unit_ns > 1'000'000)
+    throw cli::usage_error(what + ": '" + v + "' is not a whole number of " +
+                           (unit_ns == 1'000'000'000 ? "seconds" : "milliseconds") + " up to 1000000");
+  return static_cast<int>(ns / unit_ns);
+}
+int secs(const std::string& what, const std::string& v) {
+  return whole(what, v, 1'000'000'000, cli::bare_number::seconds);
+}
+int millis(const std::string& what, const std::string& v) {
+  return whole(what, v, 1'000'000, cli::bare_number::refused);
+}
 
 int run(std::vector<std::string> a) {
   if (take_flag(a, "--help") || take_flag(a, "-h")) {
@@ -596,7 +616,7 @@ int run(std::vector<std::string> a) {
   const std::string m = arg(0, "");
   if (m == "forged-hello") return forged_hello(arg(1, "g1"), arg(2, ""));
   if (m == "events")
-    return events_mode(std::atoi(arg(1, "5").c_str()), static_cast<size_t>(std::atoi(arg(2, "400").c_str())));
+    return events_mode(secs("events T", arg(1, "5")), static_cast<size_t>(std::atoi(arg(2, "400").c_str())));
   if (m == "malformed") return raw("malformed", std::vector<uint8_t>(64, 0x41), 2000);
   if (m == "oversize") {
     auto b = frame(view::ping{1, 2}, 2);
@@ -609,11 +629,11 @@ int run(std::vector<std::string> a) {
     b.resize(b.size() / 2);
     return raw("truncated", b, 4000);
   }
-  if (m == "byte-at-a-time") return byte_at_a_time(std::atoi(arg(1, "200").c_str()));
-  if (m == "never-read") return never_read(std::atoi(arg(1, "15").c_str()), std::atoi(arg(2, "4096").c_str()));
+  if (m == "byte-at-a-time") return byte_at_a_time(millis("byte-at-a-time T", arg(1, "200ms")));
+  if (m == "never-read") return never_read(secs("never-read T", arg(1, "15")), std::atoi(arg(2, "4096").c_str()));
   if (m == "churn") return churn(std::atoi(arg(1, "1000").c_str()));
   if (m == "flood") return flood();
-  if (m == "watch") return watch(std::atoi(arg(1, "10").c_str()), std::atoi(arg(2, "100").c_str()));
+  if (m == "watch") return watch(secs("watch T", arg(1, "10")), millis("watch PERIOD", arg(2, "100ms")));
   std::fprintf(stderr, "magnet-adversary: %s\n%s",
                m.empty() ? "no MODE" : ("unknown mode '" + m + "'").c_str(), kUsage);
   return 2;

@@ -9,7 +9,7 @@
 // the host writes there as "bare V": the bare transport, with no daemon,
 // agent or library on the way, timed by the host in turns with the marks.
 //
-//   magnet-marker-echo --to ADDR:PORT [--port N] [--vsock-port N] [--duration S] [--socket PATH]
+//   magnet-marker-echo --to ADDR:PORT [--port N] [--vsock-port N] [--duration T] [--socket PATH]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,12 +26,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "magnet/cli.h"
 #include "magnet/client.hpp"
 
 namespace {
 
 const char* kUsage =
-    "usage: magnet-marker-echo --to ADDR:PORT [--port N] [--vsock-port N] [--duration S] [--socket PATH]\n";
+    "usage: magnet-marker-echo --to ADDR:PORT [--port N] [--vsock-port N] [--duration T] [--socket PATH]\n"
+    "\n"
+    "Sends each new host.marker of this VM's view to ADDR:PORT as one UDP datagram\n"
+    "(the guest half of bench/deliver).\n"
+    "  --to ADDR:PORT   where the markers go (IPv4)\n"
+    "  --port N         answer UDP pings on port N (default: none)\n"
+    "  --vsock-port N   echo the lines the host writes on vsock port N (default: none)\n"
+    "  --duration T     stop after T (default: never): a number and a unit (ns, us,\n"
+    "                   ms, s, min), e.g. 500ms, 2.5s, 1min; a bare number is seconds\n"
+    "  --socket PATH    the agent's socket (default /run/magnet/agent.sock)\n"
+    "  -h, --help       this text\n";
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "magnet-marker-echo: %s\n%s", why.c_str(), kUsage);
@@ -68,7 +79,11 @@ options parse(int argc, char** argv) {
     if (a == "--to") to = val();
     else if (a == "--port") o.port = std::atoi(val().c_str());
     else if (a == "--vsock-port") o.vport = std::atol(val().c_str());
-    else if (a == "--duration") o.duration = std::strtod(val().c_str(), nullptr);
+    else if (a == "--duration") {
+      auto ns = magnet::cli::parse_duration_ns(val());
+      if (!ns) usage("--duration: " + ns.err().message);
+      o.duration = static_cast<double>(*ns) / 1e9;
+    }
     else if (a == "--socket") o.socket = val();
     else usage("unknown argument " + a);
   }

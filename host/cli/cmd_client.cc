@@ -31,7 +31,8 @@ static const char* kTopHelp =
     "      --timeout T    the longest one query to the daemon may take (connect,\n"
     "                     request, reply; default 5s); past it: exit 1\n"
     "      --json         the daemon's JSON, one line per interval (docs/cli.md\n"
-    "                     lists its fields)\n";
+    "                     lists its fields)\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 static const char* kViewsHelp =
     "Usage: magnet views [--vm NAME|UUID|ID] [--view NAME] [--socket PATH] [--rows N]\n"
@@ -49,7 +50,8 @@ static const char* kViewsHelp =
     "                     default 5)\n"
     "      --timeout T    the longest one query to the daemon may take (connect,\n"
     "                     request, reply; default 5s); past it: exit 1\n"
-    "      --json         the snapshots as JSON (docs/engine.md, \"Snapshot JSON\")\n";
+    "      --json         the snapshots as JSON (docs/engine.md, \"Snapshot JSON\")\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 namespace {
 
@@ -183,7 +185,8 @@ static const char* kSessionsHelp =
     "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
     "      --timeout T    the longest one query to the daemon may take (connect,\n"
     "                     request, reply; default 5s); past it: exit 1\n"
-    "      --json         the daemon's JSON reply\n";
+    "      --json         the daemon's JSON reply\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 int cmd_sessions(cli::args& a) {
   if (a.flag("--help", "-h")) {
@@ -236,7 +239,8 @@ static const char* kStatsHelp =
     "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
     "      --timeout T    the longest one query to the daemon may take (connect,\n"
     "                     request, reply; default 5s); past it: exit 1\n"
-    "      --json         accepted (JSON is the only output)\n";
+    "      --json         accepted (JSON is the only output)\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 int cmd_stats(cli::args& a) {
   if (a.flag("--help", "-h")) {
@@ -270,7 +274,8 @@ static const char* kMarkHelp =
     "\n"
     "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
     "      --timeout T    the longest one query to the daemon may take (connect,\n"
-    "                     request, reply; default 5s); past it: exit 1\n";
+    "                     request, reply; default 5s); past it: exit 1\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 int cmd_mark(cli::args& a) {
   if (a.flag("--help", "-h")) {

@@ -17,7 +17,7 @@
 namespace magnet::host {
 
 static const char* kDumpHelp =
-    "Usage: magnet dump FILE [--format text|csv|json|ulm|perfetto] [-o OUT]\n"
+    "Usage: magnet dump FILE [--format text|csv|json|ulm|perfetto] [-o OUT] [--json]\n"
     "\n"
     "Prints a trace file written by 'magnet record'.  The whole file is\n"
     "checked first: a corrupt or truncated file prints nothing but an error.\n"
@@ -35,6 +35,7 @@ static const char* kDumpHelp =
     "                flows, tap bytes/s per VM; needs -o (binary; '-o -' writes\n"
     "                to standard output when that is not a terminal)\n"
     "  -o, --output OUT  write there instead of standard output\n"
+    "      --json        the same as --format json\n"
     "\n"
     "Traces written on a machine of the other endianness are converted.\n";
 
@@ -141,7 +142,9 @@ int cmd_dump(cli::args& a) {
     std::fputs(kDumpHelp, stdout);
     return 0;
   }
-  auto fmt_s = a.value("--format", "-F").value_or("text");
+  const bool json = a.flag("--json");
+  auto fmt_s = a.value("--format", "-F").value_or(json ? "json" : "text");
+  if (json && fmt_s != "json") throw cli::usage_error("--json and --format " + fmt_s + " disagree");
   dump_output o(a.value("--output", "-o"));
   auto pos = a.finish(1, 1, "trace FILE");
   out_format fmt = out_format::text;

@@ -31,7 +31,8 @@ static const char* kKvmHelp =
     "  -c, --count N       stop after N intervals\n"
     "  -d, --duration T    stop after T\n"
     "      --per-vcpu      one row per vCPU and reason (default: per VM)\n"
-    "      --json          JSON Lines output\n";
+    "      --json          JSON Lines output\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 namespace {
 

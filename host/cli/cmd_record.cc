@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "magnet/capture/capture.h"
 #include "commands.h"
 #include "magnet/capture/consumer.h"
@@ -49,7 +51,10 @@ static const char* kRecordHelp =
     "  -b, --buffer SIZE      kernel ring buffer size, power of two (default 16M)\n"
     "      --watermark SIZE   wake the reader when this much is waiting (default buffer/8)\n"
     "      --poll-timeout T   longest a record waits in the buffer (default 100ms)\n"
-    "  -q, --quiet            no status line\n";
+    "  -q, --quiet            no status line\n"
+    "      --json             at the end, what was recorded as one JSON object on\n"
+    "                         standard output: file, probes, records, bytes, lost\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 struct record_opts {
   std::string out;
@@ -57,7 +62,7 @@ struct record_opts {
   filters::predicate pred;
   uint64_t sample_every = 0, sample_ns = 0, duration_ns = 0, ring = 16u << 20, watermark = 0,
            poll_ns = 100'000'000;
-  bool quiet = false;
+  bool quiet = false, json = false;
 };
 
 static record_opts parse_record(cli::args& a) {
@@ -72,6 +77,7 @@ static record_opts parse_record(cli::args& a) {
   auto wm = a.value("--watermark");
   auto pt = a.value("--poll-timeout");
   o.quiet = a.flag("--quiet", "-q");
+  o.json = a.flag("--json");
   a.finish(0, 0);
   if (!out) throw cli::usage_error("missing -o FILE");
   o.out = *out;
@@ -169,6 +175,22 @@ int record_until_stopped(const record_opts& o, capture& cap, ring_consumer& cons
   return 0;
 }
 
+// The last words: a line on stderr (not with -q), and with --json the same
+// as one object on stdout.
+static void print_summary(const record_opts& o, const std::set<uint16_t>& attached,
+                          uint64_t records, uint64_t bytes, uint64_t lost) {
+  if (!o.quiet)
+    std::fprintf(stderr, "magnet: %llu records, %llu bytes, %llu lost, written to %s\n",
+                 static_cast<unsigned long long>(records), static_cast<unsigned long long>(bytes),
+                 static_cast<unsigned long long>(lost), o.out.c_str());
+  if (!o.json) return;
+  auto probes = nlohmann::ordered_json::array();
+  for (uint16_t t : attached) probes.push_back(event_name(t));
+  const nlohmann::ordered_json j = {{"file", o.out}, {"probes", probes}, {"records", records},
+                                    {"bytes", bytes}, {"lost", lost}};
+  std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+}
+
 int cmd_record(cli::args& a) {
   if (a.flag("--help", "-h")) {
     std::fputs(kRecordHelp, stdout);
@@ -240,11 +262,7 @@ int cmd_record(cli::args& a) {
     std::fprintf(stderr, "magnet record: %s\n", s.err().message.c_str());
     rc = 1;
   }
-  if (!o.quiet)
-    std::fprintf(stderr, "magnet: %llu records, %llu bytes, %llu lost, written to %s\n",
-                 static_cast<unsigned long long>((*cons)->records()),
-                 static_cast<unsigned long long>(w->bytes()),
-                 static_cast<unsigned long long>((*cons)->lost()), o.out.c_str());
+  print_summary(o, attached, (*cons)->records(), w->bytes(), (*cons)->lost());
   return rc;
 }
 

@@ -23,7 +23,8 @@ static const char* kStatHelp =
     "  -i, --interval T    reporting interval (default 1s)\n"
     "  -c, --count N       stop after N intervals\n"
     "  -d, --duration T    stop after T\n"
-    "      --json          JSON Lines output\n";
+    "      --json          JSON Lines output\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 void every_interval(uint64_t iv, uint64_t max_n, uint64_t dur_ns,
                     const std::function<void(double, double)>& report) {

@@ -34,7 +34,10 @@ const char* kHelp =
     "                  log), -vv debug, -vvv libbpf's debug output too (-v -v\n"
     "                  is -vv)\n"
     "      --version   the version\n"
-    "  -h, --help      this text\n";
+    "  -h, --help      this text\n"
+    "\n"
+    "Durations, in every command (and the guest tools): a number and a unit\n"
+    "(ns, us, ms, s, min), e.g. 500ms, 2.5s, 1min; a bare number is seconds.\n";
 
 }  // namespace
 

@@ -37,7 +37,8 @@ class args {
   std::vector<std::string> v_;
 };
 
-// The log verbosity the command line asks for: 1 (warnings), plus one level
+// The log verbosity the command line asks for (magnet/log.h): 1 (errors,
+// warnings and notices), plus one level
 // per "v" of every -v, -vv, -vvv... and --verbose wherever it stands (before
 // or after the command name; not after "--"), at most 4 (libbpf's debug
 // output).  Takes those options out of @v.  An option's value that is
@@ -45,7 +46,18 @@ class args {
 int take_verbosity(std::vector<std::string>& v);
 
 result<uint64_t> parse_size(std::string_view s);     // 4096, 64K, 16M, 1G (powers of 1024)
-result<uint64_t> parse_duration_ns(std::string_view s);  // 5, 2.5, 500ms, 10s, 100us
+// Durations, in every program (magnet, the agent, the guest tools): a
+// number and a unit, ns, us, ms, s, min (or m): 500ms, 2.5s, 1min.  A bare
+// number is seconds (--duration 10), except for the options that took
+// milliseconds before (the agent's and magnet-watch's --period,
+// magnet-adapt's --interval, magnet-adversary's MS and PERIOD): these refuse
+// it, so an old "--period 100" is never read as 100 s.
+enum class bare_number { seconds, refused };
+// The help texts' line on that syntax (a literal: each help stays one).
+#define MAGNET_HELP_DURATIONS                                                    \
+  "T: a duration, a number and a unit (ns, us, ms, s, min): 500ms, 2.5s, 1min;\n" \
+  "a bare number is seconds.\n"
+result<uint64_t> parse_duration_ns(std::string_view s, bare_number bare = bare_number::seconds);
 result<uint64_t> parse_count(std::string_view s);    // positive integer
 result<double> parse_rate_bps(std::string_view s);   // 20mbit, 1.5gbit, 800kbit, 1000000 (bit/s)
 

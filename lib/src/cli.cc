@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+
+#include "magnet/cli_c.h"
 
 namespace magnet::cli {
 
@@ -99,9 +102,9 @@ std::vector<std::string> args::finish(size_t min_pos, size_t max_pos, std::strin
 }
 
 int take_verbosity(std::vector<std::string>& v) {
-  // 0 errors, 1 warnings (the default), 2 info and libbpf's warnings (the
-  // verifier log), 3 debug and libbpf's info, 4 libbpf's debug output
-  // (magnet/log.h, capture's libbpf_print): more v's mean the same as 4.
+  // 0 errors, 1 warnings and notices (the default), 2 info and libbpf's
+  // warnings (the verifier log), 3 debug and libbpf's info, 4 libbpf's debug
+  // output (magnet/log.h, capture's libbpf_print): more v's mean the same as 4.
   constexpr int kDefault = 1, kMax = 4;
   int level = kDefault;
   for (auto it = v.begin(); it != v.end() && *it != "--";) {
@@ -134,21 +137,26 @@ result<uint64_t> parse_size(std::string_view s) {
   return v * mul;
 }
 
-result<uint64_t> parse_duration_ns(std::string_view s) {
+result<uint64_t> parse_duration_ns(std::string_view s, bare_number bare) {
+  const std::string q = "'" + std::string(s) + "'";
   double v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p == s.data() || !std::isfinite(v))
-    return error{"'" + std::string(s) + "' is not a duration (examples: 10, 2.5s, 500ms, 100us)"};
+    return error{q + " is not a duration (examples: 10, 2.5s, 500ms, 100us, 1min)"};
   std::string_view suf(p, s.data() + s.size() - p);
   double mul;
+  if (suf == "" && bare == bare_number::refused)
+    return error{q + " needs a unit (e.g. " + std::string(s) + "ms or " + std::string(s) +
+                 "s; units: ns, us, ms, s, min)"};
   if (suf == "" || suf == "s") mul = 1e9;
   else if (suf == "ms") mul = 1e6;
   else if (suf == "us") mul = 1e3;
   else if (suf == "ns") mul = 1;
   else if (suf == "m" || suf == "min") mul = 60e9;
-  else return error{"'" + std::string(s) + "' has an unknown unit (use s, ms, us, ns, min)"};
-  if (v <= 0) return error{"duration must be positive"};
-  if (v * mul > 1e18) return error{"'" + std::string(s) + "' is too long"};
+  else return error{q + " has an unknown unit (use ns, us, ms, s, min)"};
+  if (v <= 0) return error{q + ": a duration must be positive"};
+  if (v * mul > 1e18) return error{q + " is too long"};
+  if (v * mul < 1) return error{q + " is shorter than a nanosecond"};
   return static_cast<uint64_t>(v * mul);
 }
 
@@ -179,3 +187,15 @@ result<uint64_t> parse_count(std::string_view s) {
 }
 
 }  // namespace magnet::cli
+
+extern "C" int magnet_cli_duration_ns(const char* s, int bare_seconds, unsigned long long* ns,
+                                      char* why, size_t why_size) {
+  using namespace magnet::cli;
+  auto r = parse_duration_ns(s ? s : "", bare_seconds ? bare_number::seconds : bare_number::refused);
+  if (!r) {
+    if (why && why_size) std::snprintf(why, why_size, "%s", r.err().message.c_str());
+    return -1;
+  }
+  *ns = *r;
+  return 0;
+}

@@ -368,7 +368,7 @@ void OwnViewChecks(Lab* lab, const HostSide& h, Daemon& d, const std::string& ds
   std::map<std::string, clk::time_point> c0;
   for (const auto& [g, r] : rate_mbit) {
     auto before = clk::now();
-    ASSERT_EQ(lab->Run(g, "(magnet-watch --period 1000 --count " + std::to_string(5 * kFrames) +
+    ASSERT_EQ(lab->Run(g, "(magnet-watch --period 1s --count " + std::to_string(5 * kFrames) +
                               " tap.tx_bps vcpu.run vcpu.wait guest.sock_tx_bps guest.dev_tx_bps"
                               " >/tmp/magnet-watch.out 2>&1 &)")
                   .status,
@@ -699,7 +699,7 @@ TEST_F(GuestViewDirect, AvailableBandwidthOnALinkWhoseCapacityTheTestSets) {
   const std::string stats = " link.use_bps link.available_bps link.available_err_bps";
   const double from = Secs(started, clk::now()) - 1;
   for (const char* g : {"g1", "g2"})
-    ASSERT_EQ(lab()->Run(g, "(magnet-watch --period 1000 --count 18" + stats +
+    ASSERT_EQ(lab()->Run(g, "(magnet-watch --period 1s --count 18" + stats +
                               " >/tmp/magnet-watch.out 2>&1 &)").status, 0);
   std::map<std::string, std::map<std::string, std::pair<double, int>>> m;
   std::map<std::string, std::string> out;
@@ -832,7 +832,7 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
   // First 12 s without attacks: g1's own longest gap under its own load in
   // this (emulated, CPU-starved) lab host is the baseline.
   ASSERT_EQ(lab()->Run("g1", "(iperf3 -c 10.77.0.1 -p 5741 -u -b 5M -l 1400 -t 75 >/dev/null 2>&1 &); "
-                             "(magnet-adversary watch 12 100 >/tmp/base.json 2>&1 &)").status, 0);
+                             "(magnet-adversary watch 12 100ms >/tmp/base.json 2>&1 &)").status, 0);
   json base;
   WaitFor(
       [&] {
@@ -842,7 +842,7 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
       bounds().Work(12), 500);
   ASSERT_TRUE(base.is_object()) << lab()->Run("g1", "cat /tmp/base.json").out;
   const double base_gap = base.value("max_gap_ms", 1e9);
-  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 45 100 >/tmp/watch.json 2>&1 &)").status, 0);
+  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 45 100ms >/tmp/watch.json 2>&1 &)").status, 0);
   sleep(2);
   // @secs: how long the mode itself takes (its reads, its deadlines).
   auto adv = [&](const std::string& args, double secs) {
@@ -874,7 +874,7 @@ TEST_F(GuestViewNested, HostileGuestIsRefusedAndTheOtherGuestIsNotDelayed) {
   EXPECT_TRUE(big.value("closed", false) && has_error(big, 1)) << big.dump();
   auto cut = adv("truncated", 4);
   EXPECT_TRUE(cut.value("closed", false) && has_error(cut, 8)) << cut.dump();
-  auto slow = adv("byte-at-a-time 150", 10);
+  auto slow = adv("byte-at-a-time 150ms", 10);
   EXPECT_TRUE(slow.value("closed", false)) << slow.dump();
   EXPECT_LT(slow.value("bytes_sent", 0), slow.value("frame_bytes", 0)) << "cut off mid-frame";
   auto flood = adv("flood", 3);
@@ -1015,7 +1015,7 @@ TEST_F(GuestViewNested, LabHostLibvirtdRestartedUnderTheDaemon) {
   ASSERT_TRUE(before.count("g1") && before.count("g2")) << d.Query("top --count 1").dump();
   const double gaps = View(lab(), "g1").get("host.gaps");
   // g1's own session's frames, watched across the restart (100 ms period).
-  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 40 100 >/tmp/lv.json 2>&1 &)").status, 0);
+  ASSERT_EQ(lab()->Run("g1", "(magnet-adversary watch 40 100ms >/tmp/lv.json 2>&1 &)").status, 0);
   sleep(3);
   auto r = lab()->Lab_({"restart-libvirtd"}, bounds().Domain() + bounds().Quick());
   ASSERT_EQ(r.status, 0) << r.Describe();
@@ -1149,7 +1149,7 @@ TEST_F(GuestViewNested, ACidGivenToAnotherVmServesThatVmAndNothingOfTheFirst) {
     }
   }
   // While such a session lasts, the daemon names its CID 3 as g2's.
-  ASSERT_EQ(lab()->Run("g2", "(magnet-adversary watch 20 100 >/tmp/magnet-gv-cid.json 2>&1 &)").status, 0);
+  ASSERT_EQ(lab()->Run("g2", "(magnet-adversary watch 20 100ms >/tmp/magnet-gv-cid.json 2>&1 &)").status, 0);
   json s;
   auto g2_on_3 = [&] {
     s = d.Query("sessions");

@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
 #include "proc.h"
 
 namespace magnet {
@@ -73,6 +77,25 @@ TEST(CliRecord, StatPrintsPerLayerCountsFromAggregation) {
   for (char c : r.out) lines += c == '\n';
   EXPECT_EQ(lines, 2);
   EXPECT_NE(r.out.find("\"probe\":\"sched.switch\""), std::string::npos) << r.out;
+}
+
+TEST(CliRecord, JsonSaysWhatWasRecordedAsOneObject) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  const std::string out = "/tmp/magnet-record-json-" + std::to_string(getpid()) + ".mtr";
+  auto r = run({MAGNET_BIN, "record", "-o", out, "--probes", "sched", "--duration", "500ms", "-q",
+                "--json"});
+  unlink(out.c_str());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << "-q: " << r.err;
+  ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j.value("file", ""), out);
+  EXPECT_GT(j.value("records", 0ull), 0u) << "a half second of a busy machine's scheduler";
+  EXPECT_GT(j.value("bytes", 0ull), 0u);
+  EXPECT_TRUE(j["lost"].is_number_unsigned()) << r.out;
+  ASSERT_TRUE(j["probes"].is_array()) << r.out;
+  EXPECT_NE(std::find(j["probes"].begin(), j["probes"].end(), "sched.switch"), j["probes"].end()) << r.out;
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "magnet/record.h"
 #include "magnet/trace_file.h"
@@ -45,6 +48,23 @@ TEST(CliDump, FormatsAreComplete) {
   auto text = run({MAGNET_BIN, "dump", t.path});
   ASSERT_EQ(text.status, 0);
   EXPECT_NE(text.out.find("net.sock.send vm=0 tgid=77"), std::string::npos) << text.out;
+}
+
+TEST(CliDump, JsonIsFormatJson) {
+  trace_fixture t;
+  auto json = run({MAGNET_BIN, "dump", t.path, "--json"});
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(json.out, run({MAGNET_BIN, "dump", t.path, "--format", "json"}).out);
+  std::istringstream in(json.out);
+  int n = 0;
+  for (std::string l; std::getline(in, l); ++n)
+    EXPECT_TRUE(nlohmann::json::parse(l, nullptr, false).is_object()) << l;
+  EXPECT_EQ(n, 4) << "sysinfo + 3 records";
+  EXPECT_EQ(run({MAGNET_BIN, "dump", t.path, "--json", "--format", "json"}).status, 0);
+  auto clash = run({MAGNET_BIN, "dump", t.path, "--json", "-F", "csv"});
+  EXPECT_EQ(clash.status, 2);
+  EXPECT_NE(clash.err.find("--json and --format csv disagree"), std::string::npos) << clash.err;
+  EXPECT_TRUE(clash.out.empty());
 }
 
 TEST(CliDump, TruncatedTracePrintsNothingButTheError) {

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "proc.h"
 
 namespace {
@@ -63,12 +65,12 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOpti
     {"probes", {"--json"}},
     {"record",
      {"-o, --output", "-p, --probes", "-f, --filter", "--sample", "--sample-time",
-      "-d, --duration", "-b, --buffer", "--watermark", "--poll-timeout", "-q, --quiet"}},
-    {"dump", {"-F, --format", "-o, --output"}},
+      "-d, --duration", "-b, --buffer", "--watermark", "--poll-timeout", "-q, --quiet", "--json"}},
+    {"dump", {"-F, --format", "-o, --output", "--json"}},
     {"stat", {"-p, --probes", "-i, --interval", "-c, --count", "-d, --duration", "--json"}},
     {"kvm", {"-i, --interval", "-c, --count", "-d, --duration", "--per-vcpu", "--json"}},
     {"host",
-     {"--uri", "--views", "--socket", "--socket-group", "-p, --probes", "-b, --buffer",
+     {"--config", "--uri", "--views", "--socket", "--socket-group", "-p, --probes", "-b, --buffer",
       "--vm-quota", "-d, --duration", "--no-seccomp", "--no-deliver", "--vsock", "--vsock-port",
       "--vsock-any-port", "--no-serial", "--link", "--http", "--http-tokens", "--http-host",
       "--http-stream-interval", "--list-metrics", "--check-views", "--print-default-views"}},
@@ -168,6 +170,83 @@ TEST(CliVerbose, AnywhereOnTheCommandLineAndAsManyAsWanted) {
   auto r = run({MAGNET_BIN, "host", "-v", "--help"}, 10);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.rfind("Usage: magnet host", 0), 0u) << r.out;
+}
+
+// One duration syntax (magnet/cli.h) in every program: a bad value is a
+// usage error naming the option and the value; where an option took
+// milliseconds, a bare number is refused rather than read as seconds.
+TEST(Durations, EveryProgramRefusesABadValueNamingTheOptionAndTheValue) {
+  const std::string sock = "/nonexistent/magnet-help-" + std::to_string(getpid()) + ".sock";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{MAGNET_BIN, "record", "-o", "/tmp/x.mtr", "--duration", "5parsecs"}, "--duration: '5parsecs'"},
+      {{MAGNET_BIN, "top", "--socket", sock, "--interval", "0"}, "--interval: '0'"},
+      {{MAGNET_BIN, "views", "--socket", sock, "--timeout", "1h"}, "--timeout: '1h'"},
+      {{MAGNET_AGENT_BIN, "--period", "100"}, "--period: '100' needs a unit"},
+      {{MAGNET_AGENT_BIN, "--period", "5ms"}, "--period: '5ms'"},
+      {{MAGNET_AGENT_BIN, "-d", "soon"}, "--duration: 'soon'"},
+      {{MAGNET_AGENT_BIN, "view", "--socket", sock, "--wait", "x"}, "--wait: 'x'"},
+      {{MAGNET_WATCH_BIN, "--socket", sock, "--period", "1000"}, "--period: '1000' needs a unit"},
+      {{MAGNET_ADAPT_BIN, "receive", "--port", "9", "--interval", "100"}, "--interval: '100' needs a unit"},
+      {{MAGNET_ADAPT_BIN, "send", "--to", "127.0.0.1:9", "--tcp", "--duration", "-1"}, "--duration: '-1'"},
+      {{MAGNET_MARKER_ECHO_BIN, "--to", "127.0.0.1:9", "--duration", "3x"}, "--duration: '3x'"},
+  };
+  for (const auto& [argv, want] : cases) {
+    auto r = run(argv, 10);
+    std::string what;
+    for (const auto& a : argv) what += a + " ";
+    what += ": status " + std::to_string(r.status) + ", stderr: " + r.err;
+    EXPECT_EQ(r.status, 2) << what;
+    EXPECT_NE(r.err.find(want), std::string::npos) << what;
+  }
+}
+
+// The positive side, and the agent's log lines as an operator's terminal
+// shows them: RFC 3339 time in milliseconds, then the severity.
+TEST(Durations, TheAgentTakesThemAndLogsWithTimeAndSeverity) {
+  const std::string sock = "/tmp/magnet-help-agent-" + std::to_string(getpid()) + ".sock";
+  auto r = run({MAGNET_AGENT_BIN, "--host", "none", "--no-probes", "--socket", sock, "--period",
+                "250ms", "-d", "1s"},
+               20);
+  EXPECT_EQ(r.status, 0) << r.err;
+  const std::regex started(R"((^|\n)\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z )"
+                           R"(notice magnet-agent: \[agent\.started\] socket )" + sock + "\n");
+  EXPECT_TRUE(std::regex_search(r.err, started)) << r.err;
+  EXPECT_NE(r.err.find(" notice magnet-agent: [agent.stopped]\n"), std::string::npos) << r.err;
+}
+
+TEST(Durations, AdaptReceiveReportsEveryIntervalGivenWithItsUnit) {
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  auto r = run({MAGNET_ADAPT_BIN, "receive", "--bind", "127.0.0.1", "--port", port, "--interval",
+                "100ms", "--duration", "0.55s"},
+               10);
+  ASSERT_EQ(r.status, 0) << r.err;
+  // 100 ms intervals in 0.55 s: about 5 lines, the first at 0.1 s (fewer
+  // on a starved machine; none at all if 100ms were read otherwise).
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) lines.push_back(nlohmann::json::parse(l, nullptr, false));
+  ASSERT_GE(lines.size(), 2u) << r.out;
+  EXPECT_LE(lines.size(), 6u) << r.out;
+  ASSERT_TRUE(lines[0].is_object()) << r.out;
+  EXPECT_GE(lines[0].value("t", 0.0), 0.1) << r.out;
+  EXPECT_LT(lines[0].value("t", 1.0), 0.3) << r.out;
+}
+
+TEST(Json, PollPrintsOneObjectPerLine) {
+  auto r = run({MAGNET_POLL_BIN, "--socket", "/nonexistent/agent.sock", "--count", "2", "--json"}, 20);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream in(r.out);
+  int lines = 0;
+  for (std::string l; std::getline(in, l); ++lines) {
+    auto j = nlohmann::json::parse(l, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << l;
+    EXPECT_EQ(j["connected"], false) << l;
+    for (const char* stat : {"tap.tx_bps", "vcpu.wait_sum", "link.available_bps"}) {
+      ASSERT_TRUE(j.contains(stat)) << l;
+      EXPECT_TRUE(j[stat]["value"].is_null()) << l;  // no agent: nothing valid
+    }
+  }
+  EXPECT_EQ(lines, 2) << r.out;
 }
 
 }  // namespace

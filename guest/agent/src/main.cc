@@ -33,7 +33,8 @@ const char* kHelp =
     "                       virtio-serial), vsock, serial, none\n"
     "      --vsock-port N   the host's port (default 5300)\n"
     "      --channel NAME   virtio-serial port name (default org.magnet.view.0)\n"
-    "      --period MS      how often the host sends the view (default 100)\n"
+    "      --period T       how often the host sends the view, 20ms to 60s\n"
+    "                       (default 100ms; T needs its unit here)\n"
     "      --no-probes      no guest-side probes\n"
     "      --no-journey     do not follow packets from guest socket to host wire\n"
     "  -d, --duration T     stop after T\n"
@@ -41,9 +42,14 @@ const char* kHelp =
     "                       command line, as magnet's)\n"
     "\n"
     "view: prints this VM's view once: what the host measures for it, and what\n"
-    "the agent measures in it, each value with its window and age (docs/guest.md\n"
-    "describes the --json fields).  --wait T: how long to wait for the agent\n"
-    "(default 5s).\n";
+    "the agent measures in it, each value with its window and age.\n"
+    "      --json           one JSON object (docs/guest.md describes its fields)\n"
+    "      --socket PATH    the agent's socket (default /run/magnet/agent.sock)\n"
+    "      --wait T         how long to wait for the agent (default 5s)\n"
+    "\n"
+    "      --version        the version\n"
+    "  -h, --help           this text\n"
+    "\n" MAGNET_HELP_DURATIONS;
 
 // "20.05 Mbit/s", "37.2 us", "45.0 %".
 std::string human(double v, std::string_view unit) {
@@ -159,9 +165,13 @@ int run_cmd(cli::args& a) {
   if (auto v = a.value("--vsock-port")) o.vsock_port = static_cast<uint32_t>(cli::need(cli::parse_count(*v), "--vsock-port"));
   if (auto v = a.value("--channel")) o.channel = *v;
   if (auto v = a.value("--period")) {
-    uint64_t p = cli::need(cli::parse_count(*v), "--period");
-    if (p < MAGNET_VIEW_MIN_PERIOD_MS || p > MAGNET_VIEW_MAX_PERIOD_MS)
-      throw cli::usage_error("--period: " + *v + " ms is outside 20..60000");
+    // It took milliseconds before: a bare number is refused, not read as seconds.
+    const uint64_t ns = cli::need(cli::parse_duration_ns(*v, cli::bare_number::refused), "--period");
+    const uint64_t p = ns / 1'000'000;
+    if (ns % 1'000'000 || p < MAGNET_VIEW_MIN_PERIOD_MS || p > MAGNET_VIEW_MAX_PERIOD_MS)
+      throw cli::usage_error("--period: '" + *v + "' is not a whole number of milliseconds from " +
+                             std::to_string(MAGNET_VIEW_MIN_PERIOD_MS) + "ms to " +
+                             std::to_string(MAGNET_VIEW_MAX_PERIOD_MS / 1000) + "s");
     o.period_ms = static_cast<uint32_t>(p);
   }
   if (a.flag("--no-probes")) o.probes = false;
