@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -247,6 +248,84 @@ TEST(Json, PollPrintsOneObjectPerLine) {
     }
   }
   EXPECT_EQ(lines, 2) << r.out;
+}
+
+// Man pages and bash completion (tools/cli-docs/gen.py): generated from the
+// --help texts at build time; checked here against this file's own table.
+const std::string kDocs = MAGNET_CLI_DOCS_DIR;
+
+TEST(CliDocs, TheManPagesRenderWithoutWarningsAndDescribeEveryCommandAndOption) {
+  for (const char* page : {"magnet.1", "magnet-agent.1"}) {
+    auto g = run({"groff", "-man", "-ww", "-z", kDocs + "/" + page}, 20);
+    EXPECT_EQ(g.status, 0) << page << ": " << g.err;
+    EXPECT_TRUE(g.err.empty()) << page << ": " << g.err;
+  }
+  // LC_ALL=C: ASCII hyphens (a UTF-8 page renders \- as a minus sign).
+  auto m = run({"sh", "-c", "LC_ALL=C MANWIDTH=100 man -l -P cat " + kDocs + "/magnet.1"}, 20);
+  ASSERT_EQ(m.status, 0) << m.err;
+  EXPECT_TRUE(m.err.empty()) << m.err;
+  for (const auto& [cmd, options] : kCommandOptions) {
+    const size_t at = m.out.find("\n   magnet " + cmd + "\n");
+    ASSERT_NE(at, std::string::npos) << "no section for magnet " << cmd << ":\n" << m.out;
+    const size_t end = m.out.find("\n   magnet ", at + 1);
+    const std::string section = m.out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    for (const auto& o : options)
+      EXPECT_NE(section.find(o), std::string::npos) << "magnet " << cmd << "'s section lacks " << o;
+  }
+  for (const char* opt : {"-v, --verbose", "--version"})
+    EXPECT_NE(m.out.find(opt), std::string::npos) << opt;
+}
+
+// Completions that bash computes for the words of @line (the last one being
+// completed), with the generated script sourced.
+std::vector<std::string> complete(const std::vector<std::string>& line) {
+  std::string words;
+  for (const auto& w : line) words += " '" + w + "'";
+  const std::string fn = line[0] == "magnet-agent" ? "_magnet_agent" : "_magnet";
+  auto r = run({"bash", "--norc", "-c",
+                "source '" + kDocs + "/magnet.bash-completion' && COMP_WORDS=(" + words +
+                    ") && COMP_CWORD=$((${#COMP_WORDS[@]} - 1)) && " + fn +
+                    " && printf '%s\\n' \"${COMPREPLY[@]}\""},
+               20);
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> out;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+TEST(CliDocs, BashCompletesEveryCommandItsOptionsAndSomeValues) {
+  auto reg = run({"bash", "--norc", "-c",
+                  "source '" + kDocs + "/magnet.bash-completion' && complete -p magnet magnet-agent"});
+  EXPECT_NE(reg.out.find("complete -F _magnet magnet\n"), std::string::npos) << reg.out << reg.err;
+  EXPECT_NE(reg.out.find("complete -F _magnet_agent magnet-agent\n"), std::string::npos) << reg.out;
+  auto cmds = complete({"magnet", ""});
+  for (const auto& [cmd, options] : kCommandOptions) EXPECT_TRUE(has(cmds, cmd)) << cmd;
+  EXPECT_TRUE(has(complete({"magnet", "-v", "re"}), "record"));
+  EXPECT_EQ(complete({"magnet", "st"}), (std::vector<std::string>{"stat", "stats"}));
+  for (const auto& [cmd, options] : kCommandOptions) {
+    auto got = complete({"magnet", cmd, "-"});
+    for (const auto& o : options) {
+      const size_t comma = o.find(", ");
+      EXPECT_TRUE(has(got, comma == std::string::npos ? o : o.substr(comma + 2))) << cmd << " " << o;
+    }
+  }
+  EXPECT_EQ(complete({"magnet", "dump", "f.mtr", "--format", "p"}), (std::vector<std::string>{"perfetto"}));
+  EXPECT_TRUE(complete({"magnet", "stat", "--interval", ""}).empty()) << "a duration: nothing to offer";
+  const std::string dir = "/tmp/magnet-complete-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/trace.mtr").put('x');
+  EXPECT_EQ(complete({"magnet", "record", "-o", dir + "/tr"}), (std::vector<std::string>{dir + "/trace.mtr"}));
+  EXPECT_EQ(complete({"magnet", "dump", dir + "/tr"}), (std::vector<std::string>{dir + "/trace.mtr"}));
+  std::filesystem::remove_all(dir);
+  auto agent = complete({"magnet-agent", ""});
+  for (const char* w : {"run", "view", "--period", "--socket", "--json", "--wait", "--duration"})
+    EXPECT_TRUE(has(agent, w)) << w;
 }
 
 }  // namespace
