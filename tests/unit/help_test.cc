@@ -215,6 +215,23 @@ TEST(Durations, TheAgentTakesThemAndLogsWithTimeAndSeverity) {
   EXPECT_NE(r.err.find(" notice magnet-agent: [agent.stopped]\n"), std::string::npos) << r.err;
 }
 
+// Under systemd (JOURNAL_STREAM names stderr's device:inode) the same lines
+// carry the syslog priority and no time: journald records both.
+TEST(AgentLog, ThePriorityAloneWhenStderrIsTheJournal) {
+  const std::string base = "/tmp/magnet-help-journal-" + std::to_string(getpid());
+  auto r = run({"sh", "-c",
+                "exec 2>" + base + ".err; JOURNAL_STREAM=$(stat -c %d:%i " + base + ".err) exec " +
+                    MAGNET_AGENT_BIN + " --host none --no-probes --socket " + base + ".sock -d 300ms"},
+               20);
+  std::ifstream f(base + ".err");
+  const std::string err((std::istreambuf_iterator<char>(f)), {});
+  std::filesystem::remove(base + ".err");
+  EXPECT_EQ(r.status, 0) << err;
+  EXPECT_NE(err.find("<5>magnet-agent: [agent.started] socket " + base + ".sock\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("<5>magnet-agent: [agent.stopped]\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("Z notice"), std::string::npos) << "no time stamp in the journal: " << err;
+}
+
 TEST(Durations, AdaptReceiveReportsEveryIntervalGivenWithItsUnit) {
   const std::string port = std::to_string(20000 + getpid() % 20000);
   auto r = run({MAGNET_ADAPT_BIN, "receive", "--bind", "127.0.0.1", "--port", port, "--interval",
