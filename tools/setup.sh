@@ -11,6 +11,8 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libvirt-dev libxml2-dev libcap-dev libseccomp-dev
   # run and test: traffic, capture comparison, namespaces
   iproute2 iperf3 tcpdump procps util-linux python3
+  # unit tests: the generated man pages (groff, man -l) and bash completion
+  groff-base man-db bash
   # unit tests: decode `magnet dump --format perfetto` (magnet itself does not link it)
   protobuf-compiler libprotobuf-dev
   # magnet host --http: promtool checks /metrics, a real Prometheus scrapes it
