@@ -72,8 +72,8 @@ int host_daemon::filter_syscalls() {
   return 0;
 }
 
-// SIGHUP reloads the views (a bad file keeps the old ones); SIGINT and
-// SIGTERM stop the loop, and run() drains.
+// SIGHUP reloads the views and the HTTP tokens (a bad file keeps the old
+// ones); SIGINT and SIGTERM stop the loop, and run() drains.
 void host_daemon::serve_signals(asio::signal_set& signals) {
   signals.async_wait([this, &signals](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -87,11 +87,13 @@ void host_daemon::serve_signals(asio::signal_set& signals) {
                  (opt_.views_path.empty() ? std::string("default views") : opt_.views_path));
     else
       log_error("magnet-host: [views.rejected] keeping the old views: " + s.err().message);
+    reload_tokens();
     serve_signals(signals);
   });
 }
 
 void host_daemon::drain() {
+  tell_service_manager("STOPPING=1");
   hub_.stop();
   io_.restart();
   io_.poll();  // the peers' goodbyes
@@ -155,6 +157,8 @@ int host_daemon::run() {
                                           : std::string("without vsock")) +
                                      (opt_.delivery.serial ? ", virtio-serial channels" : "")
                                : std::string("; delivery off")));
+  // systemd's Type=notify: ready once the loop that answers runs.
+  asio::post(io_, [] { tell_service_manager("READY=1"); });
   io_.run();
   drain();
   return 0;

@@ -10,6 +10,7 @@
 //   replies.cc  the query socket's replies (magnet top, views, vms, ...)
 //   routes.cc   the HTTP routes: /metrics, the dashboard and its streams
 //   links.cc    --link: a shared link's device, namespace and capacity
+//   service.cc  what systemd is told (Type=notify), tokens read on SIGHUP
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <utility>  // before asio: Boost 1.74 forgets it for C++20
@@ -49,6 +51,10 @@ std::string dump(const ojson& j);
 // there is none.
 link_info resolve_link(const link_spec& s, std::string& note);
 
+// Tells systemd @state ("READY=1", ...) when it started the daemon with
+// Type=notify (magnet/service.h); a failure is logged, never fatal.
+void tell_service_manager(std::string_view state);
+
 class host_daemon : public vm_tagger {
  public:
   explicit host_daemon(const daemon_options& o);
@@ -66,6 +72,8 @@ class host_daemon : public vm_tagger {
   int filter_syscalls();
   void serve_signals(boost::asio::signal_set& signals);
   void drain();
+  // service.cc
+  void reload_tokens();
   // capture.cc
   status load_views();
   status setup_capture();

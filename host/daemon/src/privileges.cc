@@ -58,6 +58,23 @@ std::vector<kept_capability> daemon_capabilities(bool serial) {
   return k;
 }
 
+std::vector<kept_capability> daemon_setup_capabilities() {
+  return {
+      {CAP_BPF, "creating the maps and loading the programs"},
+      {CAP_PERFMON, "attaching tracing programs (tracepoints, raw_tp, tp_btf, kprobes)"},
+      {CAP_NET_ADMIN, "attaching tc, cgroup_skb and netfilter programs"},
+      {CAP_CHOWN, "giving the query socket its --socket-group"},
+      {CAP_SETPCAP, "dropping the rest from the bounding set (keep_only_capabilities)"},
+  };
+}
+
+uint64_t daemon_capability_bound() {
+  uint64_t mask = uint64_t{1} << CAP_BPF;  // kept on kernels before 5.19
+  for (const auto& c : daemon_setup_capabilities()) mask |= uint64_t{1} << c.cap;
+  for (const auto& c : daemon_capabilities(true)) mask |= uint64_t{1} << c.cap;
+  return mask;
+}
+
 std::string capability_names(uint64_t mask) {
   std::string out;
   for (int c = 0; c < 64; ++c) {

@@ -422,6 +422,9 @@ class session : public std::enable_shared_from_this<session>, public http_stream
     return true;
   }
   bool open() const override { return open_ && streaming_; }
+  void end() override {
+    if (open_) close();
+  }
   uint64_t dropped() const override { return queue_ ? queue_->dropped() : 0; }
   uint64_t written() const override { return written_; }
 

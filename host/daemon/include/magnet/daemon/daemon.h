@@ -42,6 +42,7 @@ struct daemon_options {
   std::vector<link_spec> links;
   std::optional<http_endpoint> http;  // --http: serve /metrics and the dashboard there
   token_table http_tokens;            // --http-tokens: empty: loopback only, no tokens asked
+  std::string http_tokens_path;       // --http-tokens' file, read again on SIGHUP
   std::vector<http_host_name> http_hosts;  // --http-host: more names a request's Host may carry
   uint64_t http_stream_ns = 500'000'000;  // --http-stream-interval: between stream events
   bool seccomp = true;  // the syscall filter after setup (seccomp.h); --no-seccomp: none

@@ -24,6 +24,17 @@ struct kept_capability {
 // virtio-serial view channels, which QEMU creates as its own user.
 std::vector<kept_capability> daemon_capabilities(bool serial);
 
+// What setup needs on top of what is kept, before the drop: loading and
+// attaching the probes, giving the query socket its group, shrinking the
+// bounding set.
+std::vector<kept_capability> daemon_setup_capabilities();
+
+// Every capability the daemon may use, at setup or after, in any
+// configuration (bit N = CAP N).  A service manager's bounding set for the
+// daemon (packaging/systemd/magnet.service.in: CapabilityBoundingSet) is
+// this set; tests/package holds the two together.
+uint64_t daemon_capability_bound();
+
 // Keeps @keep (those of them the process has) and drops every other
 // capability from all five sets; sets no_new_privs.  Capabilities are per
 // thread: call it while the process has one thread.  Returns what is kept,

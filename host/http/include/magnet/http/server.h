@@ -109,6 +109,8 @@ class http_stream {
   // Queues @e (bounded as latest_queue); false once the connection ended.
   virtual bool push(sse_event e) = 0;
   virtual bool open() const = 0;
+  // Closes the connection (e.g. its token was revoked); push() fails after.
+  virtual void end() = 0;
   virtual uint64_t dropped() const = 0;  // events dropped on this connection
   virtual uint64_t written() const = 0;  // events written to it
 };
