@@ -24,6 +24,8 @@ packages=(
   # lab: VMs and their images
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
   busybox-static cpio kmod socat
+  # tests/package: a clean Debian 12 root to install the .deb packages into
+  debootstrap
 )
 # The dashboard's front end (uPlot) and its browser test (playwright-core)
 # come from npm at build time: Debian's nodejs and npm, unless a node with
