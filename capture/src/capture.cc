@@ -705,6 +705,14 @@ status capture::set_mode(uint16_t type, uint32_t mode) {
   return {};
 }
 
+void capture::stop(const std::set<uint16_t>& types) {
+  for (bool dependents : {true, false})
+    for (uint16_t t : types)
+      if (const probe_plan* p = plan_for(t); p && p->spec->needs.empty() != dependents)
+        skel_->bss->probe_ctl[p->spec->slot].mode = 0;
+  for (uint16_t t : types) (void)set_mode(t, 0);
+}
+
 // Detaches a probe unless it is enabled or an enabled probe needs it.
 void capture::release(int slot) {
   if (slot < 0 || skel_->bss->probe_ctl[slot].mode) return;

@@ -252,7 +252,7 @@ int cmd_record(cli::args& a) {
                  static_cast<unsigned long long>(o.ring >> 10));
   int rc = record_until_stopped(o, **cap, **cons, *w, write_status);
   // Detach first so the final drain sees everything that will ever come.
-  for (uint16_t t : attached) (void)(*cap)->set_mode(t, 0);
+  (*cap)->stop(attached);
   if (auto r = (*cons)->drain(); !r) rc = 1;
   if (!write_status) {
     std::fprintf(stderr, "magnet record: %s\n", write_status.err().message.c_str());

@@ -41,6 +41,13 @@ TEST(ProbeNeeds, KvmEntryAttachesWhatItNeedsAndReleasesIt) {
 
   ASSERT_TRUE(cap.set_mode(MAGNET_EV_KVM_EXIT, 0));
   EXPECT_FALSE(cap.attached(MAGNET_EV_KVM_EXIT));
+
+  // stop: every probe of the set off and detached, needed ones included.
+  ASSERT_TRUE(cap.set_mode(MAGNET_EV_KVM_EXIT, MAGNET_MODE_STREAM));
+  ASSERT_TRUE(cap.set_mode(MAGNET_EV_KVM_ENTRY, MAGNET_MODE_STREAM));
+  cap.stop({MAGNET_EV_KVM_EXIT, MAGNET_EV_KVM_ENTRY});
+  for (uint16_t t : {MAGNET_EV_KVM_EXIT, MAGNET_EV_KVM_ENTRY, MAGNET_EV_KVM_USERSPACE_EXIT})
+    EXPECT_FALSE(cap.attached(t)) << event_name(t);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ void host_daemon::drain() {
   io_.restart();
   io_.poll();  // the peers' goodbyes
   reg_.stop();
-  for (uint16_t t : probes_) (void)cap_->set_mode(t, 0);
+  cap_->stop(probes_);
   (void)cons_->drain();
   admin_.reset();
   streams_.clear();

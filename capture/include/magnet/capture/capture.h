@@ -107,6 +107,13 @@ class capture : public drop_source {
   // mode = MAGNET_MODE_STREAM | MAGNET_MODE_AGGREGATE; 0 disables (and
   // detaches, so a disabled probe costs nothing).
   status set_mode(uint16_t type, uint32_t mode);
+  // Disables the probes of @types at the end of a capture: every mode is
+  // zeroed first, a probe before the probes it needs, then what no enabled
+  // probe needs is detached.  Zeroed one by one in any other order, a needed
+  // probe (kvm.exit) could stop recording while its program still keeps
+  // the state a dependent (kvm.entry) then records: an exit -> entry time
+  // whose exit is in no record.
+  void stop(const std::set<uint16_t>& types);
   void set_sampling(uint16_t type, uint32_t every, uint64_t interval_ns);
   // Writes a probe's mode without attaching it (BPF_PROG_TEST_RUN tests
   // drive the programs directly).
