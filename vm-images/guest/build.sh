@@ -1,5 +1,7 @@
 #!/bin/bash
-# Build the lab guest image: <out>/guest/{vmlinuz,initrd.img,cmdline-base,stamp}.
+# Build the lab guest image: <out>/guest/{vmlinuz,initrd.img,vmlinux,initrd.cpio,cmdline-base,stamp}.
+# vmlinux and initrd.cpio: the same kernel and initramfs uncompressed, which the direct lab
+# boots (faster under TCG); the nested lab host carries the compressed pair.
 # Usage: vm-images/guest/build.sh [OUT_DIR]
 #   OUT_DIR defaults to $MAGNET_BUILD_DIR/vm-images or <repo>/build/vm-images.
 #   MAGNET_GUEST_EXTRA="path1 path2 ..." copies extra guest programs (plus ldd-resolved
@@ -29,7 +31,8 @@ key="$( { echo "kernel=$kver"; vmi_pkg_versions "${pkgs[@]}"; \
           for f in "${gbins[@]}" "$glib"; do vmi_hash_files "$gbuild/$f"; done; \
           for f in "${extra[@]}"; do echo "extra=$f"; done; \
           [[ ${#extra[@]} -gt 0 ]] && vmi_hash_files "${extra[@]}"; true; } | sha256sum | cut -d' ' -f1)"
-if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$key" && -f "$out/initrd.img" && -f "$out/vmlinuz" ]]; then
+if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$key" && -f "$out/initrd.img" && -f "$out/vmlinuz" &&
+      -f "$out/initrd.cpio" && -f "$out/vmlinux" ]]; then
   vmi_log "guest image up to date: $out"
   exit 0
 fi
@@ -65,7 +68,9 @@ printf 'root:x:0:\n' >"$root/etc/group"
 printf 'export PS1="\\h:\\w# "\nexport PATH=/usr/sbin:/usr/bin:/sbin:/bin\n' >"$root/etc/profile"
 mkdir -p "$out"
 cp "$kroot/boot/vmlinuz-$kver" "$out/vmlinuz.tmp" && mv "$out/vmlinuz.tmp" "$out/vmlinuz"
-vmi_pack "$root" "$out/initrd.img"
+vmi_extract_vmlinux "$out/vmlinuz" "$out/vmlinux"
+vmi_pack "$root" "$out/initrd.cpio" none
+gzip -1 -c "$out/initrd.cpio" >"$out/initrd.img.tmp" && mv "$out/initrd.img.tmp" "$out/initrd.img"
 echo "console=ttyS0 panic=-1 quiet" >"$out/cmdline-base"
 echo "$kver" >"$out/kernel-version"
 echo "$key" >"$out/stamp"
