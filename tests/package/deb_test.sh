@@ -60,7 +60,7 @@ fi
 step "configure and build the guest-only tree"
 cmake -S "$src" -B "$work/guest" "${args[@]}" -DMAGNET_HOST=OFF >"$work/guest.log"
 grep -qi "libvirt" "$work/guest/CMakeCache.txt" && fail "the guest-only tree looked for libvirt"
-cmake --build "$work/guest" -j2 --target magnet-agent magnet-watch magnet-poll magnet-adapt magnet_client \
+cmake --build "$work/guest" -j2 --target magnet-agent magnet-watch magnet-poll magnet-adapt magnet_client magnet_cli_docs \
   >>"$work/guest.log" || { tail -30 "$work/guest.log" >&2; fail "building the guest side"; }
 
 if [[ -n $host_tree ]]; then
@@ -72,7 +72,8 @@ else
   host_tree=$work/host
   step "configure and build the host tree"
   cmake -S "$src" -B "$host_tree" "${args[@]}" -DMAGNET_UNIT_TESTS=OFF >"$work/host.log"
-  cmake --build "$host_tree" -j2 --target magnet >>"$work/host.log" || { tail -30 "$work/host.log" >&2; fail "building magnet"; }
+  cmake --build "$host_tree" -j2 --target magnet magnet_cli_docs >>"$work/host.log" ||
+    { tail -30 "$work/host.log" >&2; fail "building magnet"; }
 fi
 step "cpack"
 rm -rf "$work/debs" && mkdir -p "$work/debs"
@@ -83,8 +84,8 @@ rm -rf "$work/debs" && mkdir -p "$work/debs"
 cp "$work"/cpack-host/*.deb "$work"/cpack-guest/*.deb "$work/debs/"
 ls "$work/debs"
 declare -A want=(
-  [magnet]="./usr/bin/magnet ./usr/lib/systemd/system/magnet.service ./etc/magnet/magnet.conf"
-  [magnet-agent]="./usr/bin/magnet-agent ./usr/bin/magnet-watch ./usr/bin/magnet-poll ./usr/bin/magnet-adapt ./usr/lib/systemd/system/magnet-agent.service"
+  [magnet]="./usr/bin/magnet ./usr/lib/systemd/system/magnet.service ./etc/magnet/magnet.conf ./usr/share/man/man1/magnet.1 ./usr/share/bash-completion/completions/magnet"
+  [magnet-agent]="./usr/bin/magnet-agent ./usr/bin/magnet-watch ./usr/bin/magnet-poll ./usr/bin/magnet-adapt ./usr/lib/systemd/system/magnet-agent.service ./usr/share/man/man1/magnet-agent.1"
   [libmagnet-client]="./usr/lib/x86_64-linux-gnu/libmagnet-client.so.0"
   [libmagnet-client-dev]="./usr/include/magnet/client.h ./usr/include/magnet/client.hpp ./usr/lib/x86_64-linux-gnu/libmagnet-client.so ./usr/lib/x86_64-linux-gnu/pkgconfig/magnet-client.pc"
 )

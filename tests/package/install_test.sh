@@ -13,6 +13,7 @@
 set -euo pipefail
 
 build=$1 src=$2 bindir=$3 libdir=$4
+datadir=${bindir%/bin}/share
 if [[ $(id -u) -ne 0 ]]; then
   echo "install_test: needs root (the daemon loads probes; mounts hide the trees)" >&2
   exit 1
@@ -31,7 +32,8 @@ DESTDIR=$stage/root cmake --install "$build" >"$stage/install.log" || {
 root=$stage/root
 for f in "$bindir/magnet" "$bindir/magnet-agent" "$bindir/magnet-watch" "$bindir/magnet-poll" \
   "$bindir/magnet-adapt" "$libdir/libmagnet-client.so.0" "$libdir/libmagnet-client.so" \
-  "$libdir/pkgconfig/magnet-client.pc"; do
+  "$libdir/pkgconfig/magnet-client.pc" "$datadir/man/man1/magnet.1" "$datadir/man/man1/magnet-agent.1" \
+  "$datadir/bash-completion/completions/magnet"; do
   [[ -e $root$f ]] || fail "$f is not installed (install log: $(tr '\n' ' ' <"$stage/install.log"))"
 done
 
@@ -101,6 +103,16 @@ APP
 cc -o "$stage/app" "$stage/app.c" $flags || fail "cc app.c $flags"
 "$stage/app" >"$stage/app.txt" || fail "the app: $(cat "$stage/app.txt")"
 grep -q "nonexistent" "$stage/app.txt" || fail "the app's error names no socket: $(cat "$stage/app.txt")"
+
+# The installed man pages render, and bash completes from the installed script.
+datadir=${bindir%/bin}/share
+for page in magnet magnet-agent; do
+  out=$(LC_ALL=C MANWIDTH=80 man -l -P cat "$root$datadir/man/man1/$page.1" 2>&1) || fail "man $page: $out"
+  grep -q "^NAME" <<<"$out" || fail "man $page has no NAME section: $out"
+done
+got=$(bash --norc -c "source '$root$datadir/bash-completion/completions/magnet' && COMP_WORDS=(magnet rec) &&
+  COMP_CWORD=1 && _magnet && printf '%s\n' \"\${COMPREPLY[@]}\"") || fail "the installed completion: $got"
+[[ $got == record ]] || fail "bash completes 'magnet rec' to '$got', not record"
 EOF
 
 unshare -m --propagation private bash -c '

@@ -271,22 +271,22 @@ def completion(top, commands, agent):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--magnet", required=True)
+    # Without --magnet (a guest-only tree has no magnet): the agent's page only.
+    ap.add_argument("--magnet")
     ap.add_argument("--agent", required=True)
     ap.add_argument("--version", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    top = run_help([a.magnet])
-    commands = {c: run_help([a.magnet, c]) for c, _ in top_level_commands(top)}
-    if not commands:
-        sys.exit("gen.py: magnet --help lists no command")
     agent = run_help([a.agent])
+    files = {"magnet-agent.1": agent_man(agent, a.version)}
+    if a.magnet:
+        top = run_help([a.magnet])
+        commands = {c: run_help([a.magnet, c]) for c, _ in top_level_commands(top)}
+        if not commands:
+            sys.exit("gen.py: magnet --help lists no command")
+        files["magnet.1"] = magnet_man(top, commands, a.version)
+        files["magnet.bash-completion"] = completion(top, commands, agent)
     os.makedirs(a.out, exist_ok=True)
-    files = {
-        "magnet.1": magnet_man(top, commands, a.version),
-        "magnet-agent.1": agent_man(agent, a.version),
-        "magnet.bash-completion": completion(top, commands, agent),
-    }
     for name, text in files.items():
         tmp = os.path.join(a.out, name + ".tmp")
         with open(tmp, "w") as f:
