@@ -176,7 +176,7 @@ std::set<std::string> host_settings() {
 TEST(ConfigFile, EveryOptionOfHostIsAKeyAndTheShippedFileNamesThemAll) {
   const std::set<std::string> options = host_settings();
   ASSERT_GT(options.size(), 15u) << "the help's option lines were not found";
-  // The shipped file: each setting once, commented out at its default.
+  // The shipped file: each setting once, commented out (its default, or an example).
   std::ifstream f(std::string(MAGNET_SOURCE_DIR) + "/packaging/magnet.conf");
   std::set<std::string> shipped;
   std::string all;
