@@ -87,6 +87,7 @@ static const char* kHostHelp =
     "      --http-stream-interval T\n"
     "                         one dashboard stream event every T (default 500ms)\n"
     "      --list-metrics     print the series /metrics has and exit\n"
+    "      --json             with --list-metrics: one JSON array of the names\n"
     "\n"
     "      --check-views FILE validate a view file and exit\n"
     "      --print-default-views\n"
@@ -219,10 +220,15 @@ int cmd_host(cli::args& a) {
     return 0;
   }
   if (a.flag("--list-metrics")) {
+    const bool json = a.flag("--json");
     a.finish(0, 0);
-    for (const auto& n : metric_series_names()) std::printf("%s\n", n.c_str());
+    if (json)
+      std::printf("%s\n", nlohmann::json(metric_series_names()).dump().c_str());
+    else
+      for (const auto& n : metric_series_names()) std::printf("%s\n", n.c_str());
     return 0;
   }
+  if (a.flag("--json")) throw cli::usage_error("--json: only with --list-metrics");
   daemon_options o;
   auto config = a.value("--config");
   apply_settings_file(config ? *config : MAGNET_CONFIG_FILE, config.has_value(), o);

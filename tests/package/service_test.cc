@@ -168,7 +168,7 @@ std::set<std::string> host_settings() {
     std::smatch m;
     if (std::regex_search(line, m, opt)) out.insert(m[1]);
   }
-  for (const char* action : {"help", "config", "check-views", "print-default-views", "list-metrics"})
+  for (const char* action : {"help", "config", "check-views", "print-default-views", "list-metrics", "json"})
     out.erase(action);
   return out;
 }

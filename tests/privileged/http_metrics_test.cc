@@ -4,6 +4,7 @@
 // the daemon.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -134,6 +135,13 @@ TEST(HttpMetrics, BadHttpOptionsAreNamed) {
   std::string want;
   for (const auto& n : host::metric_series_names()) want += n + "\n";
   EXPECT_EQ(list.out, want);
+  auto json = run({MAGNET_BIN, "host", "--list-metrics", "--json"});
+  EXPECT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out, nullptr, false), nlohmann::json(host::metric_series_names()))
+      << json.out;
+  auto alone = run({MAGNET_BIN, "host", "--json", "--check-views", "/dev/null"});
+  EXPECT_EQ(alone.status, 2);
+  EXPECT_NE(alone.err.find("--json: only with --list-metrics"), std::string::npos) << alone.err;
 }
 
 }  // namespace
