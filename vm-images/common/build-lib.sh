@@ -71,7 +71,7 @@ vmi_copy_bin() {
 # vmi_copy_modules ROOT KROOT KVER MOD...: copy modules with their modules.dep dependencies.
 vmi_copy_modules() {
   local root="$1" kroot="$2" kver="$3"; shift 3
-  local m line ko
+  local m line ko compressed=0
   mkdir -p "$root/lib/modules/$kver"
   for m in "$@"; do
     while read -r line; do
@@ -80,13 +80,20 @@ vmi_copy_modules() {
           ko="${line#insmod }"; ko="${ko%% *}"
           local rel="${ko#"$kroot"}"
           mkdir -p "$root$(dirname "$rel")"
-          cp -n "$ko" "$root$rel"
+          # Compressed modules (Debian's kernels after 6.1 ship .ko.xz)
+          # go in plain: the image's busybox modprobe reads the file itself.
+          case "$ko" in
+            *.ko.xz) [[ -e "$root${rel%.xz}" ]] || xz -dc "$ko" >"$root${rel%.xz}"; compressed=1 ;;
+            *) cp -n "$ko" "$root$rel" ;;
+          esac
           ;;
         builtin\ *) ;;
       esac
     done < <(modprobe -d "$kroot" -S "$kver" --show-depends "$m" 2>/dev/null || vmi_die "kernel module $m not found in $kroot")
   done
   cp "$kroot/lib/modules/$kver"/modules.* "$root/lib/modules/$kver/"
+  # modules.dep then names the plain files.
+  if ((compressed)); then depmod -b "$root" "$kver" || vmi_die "depmod of the image's modules failed"; fi
 }
 
 # vmi_copy_libs ROOT BIN: the ldd-resolved libraries of BIN (not BIN itself),

@@ -11,7 +11,9 @@ source "$here/../common/build-lib.sh"
 # The lab host carries the guest image: build (or reuse) it first.
 "$here/../guest/build.sh" "$VMI_OUT"
 
-kver="$(vmi_kernel_version)"
+# MAGNET_LABHOST_KERNEL_VERSION: another kernel for the lab host only (its
+# package in $VMI_OUT/dl or apt's sources); the guests keep theirs.
+kver="${MAGNET_LABHOST_KERNEL_VERSION:-$(vmi_kernel_version)}"
 out="$VMI_OUT/labhost"
 pkgs=(busybox-static bash iperf3 libiperf0 socat bpftool iproute2 qemu-system-x86 qemu-system-data
       seabios ipxe-qemu libvirt-daemon libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
