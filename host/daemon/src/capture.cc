@@ -7,6 +7,7 @@
 #include "magnet/events.h"
 #include "magnet/filters/config.h"
 #include "magnet/log.h"
+#include "magnet/registry/kernel_tags.h"
 
 namespace magnet::host {
 
@@ -34,14 +35,7 @@ host_daemon::host_daemon(const daemon_options& o)
     : opt_(o), reg_(o.uri, *this), hub_(io_, with_cid_check(o.delivery, reg_)) {}
 
 void host_daemon::vm_changed(const vm_info& vm) {
-  (void)cap_->untag_vm(vm.vm_id);  // threads or taps may have gone
-  if (vm.qemu_pid) (void)cap_->tag_vm_tgid(static_cast<uint32_t>(vm.qemu_pid), vm.vm_id);
-  for (const auto& t : vm.threads)  // vhost kernel workers have their own tgid
-    if (t.role == "vhost") (void)cap_->tag_vm_tgid(static_cast<uint32_t>(t.tid), vm.vm_id);
-  for (const auto& tap : vm.taps)
-    if (tap.ifindex > 0)  // in QEMU's namespace, which need not be ours
-      (void)cap_->tag_vm_ifindex(tap.netns_ino, static_cast<uint32_t>(tap.ifindex), vm.vm_id);
-  for (uint64_t cg : vm.cgroup_ids) (void)cap_->tag_vm_cgroup(cg, vm.vm_id);
+  tag_vm_in_kernel(*cap_, vm);
   asio::post(io_, [this, vm] {
     auto old = vms_.find(vm.vm_id);
     if (old == vms_.end() || old->second.qemu_pid != vm.qemu_pid) {
