@@ -8,6 +8,7 @@
 
 #include "magnet/capture/capture.h"
 #include "commands.h"
+#include "vm_follow.h"
 #include "magnet/capture/consumer.h"
 #include "magnet/events.h"
 #include "magnet/filters/predicate.h"
@@ -44,7 +45,9 @@ static const char* kRecordHelp =
     "                         (default: net; 'all' = every probe; see 'magnet probes')\n"
     "  -f, --filter EXPR      filter expression (see docs/engine.md); the parts\n"
     "                         on cpu, tgid, cgroup, vm, abstract id/flow and event\n"
-    "                         run in the kernel, the rest before writing\n"
+    "                         run in the kernel, the rest before writing; a part\n"
+    "                         on vm needs --vm or --uri\n"
+    MAGNET_HELP_VM_SELECT
     "      --sample N         keep 1 event in N per probe and CPU\n"
     "      --sample-time T    keep at most 1 event per T per probe and CPU (e.g. 1ms)\n"
     "  -d, --duration T       stop after T (e.g. 10, 2.5s, 500ms)\n"
@@ -54,10 +57,12 @@ static const char* kRecordHelp =
     "  -q, --quiet            no status line\n"
     "      --json             at the end, what was recorded as one JSON object on\n"
     "                         standard output: file, probes, records, bytes, lost\n"
+    "                         (and vms, name -> id, with --vm or --uri)\n"
     "\n" MAGNET_HELP_DURATIONS;
 
 struct record_opts {
   std::string out;
+  vm_select vms;
   std::set<uint16_t> types;
   filters::predicate pred;
   uint64_t sample_every = 0, sample_ns = 0, duration_ns = 0, ring = 16u << 20, watermark = 0,
@@ -78,6 +83,7 @@ static record_opts parse_record(cli::args& a) {
   auto pt = a.value("--poll-timeout");
   o.quiet = a.flag("--quiet", "-q");
   o.json = a.flag("--json");
+  o.vms = parse_vm_select(a);
   a.finish(0, 0);
   if (!out) throw cli::usage_error("missing -o FILE");
   o.out = *out;
@@ -85,6 +91,11 @@ static record_opts parse_record(cli::args& a) {
   auto pred = filters::predicate::parse(filter.value_or(""));
   if (!pred) throw cli::usage_error("--filter: " + pred.err().message);
   o.pred = std::move(*pred);
+  if (o.pred.push().vm && !o.vms.on())
+    throw cli::usage_error("--filter: a part on vm needs VM tagging: give --vm or --uri");
+  if (!o.vms.on() && (o.types.count(MAGNET_EV_VMNET_QUEUE_TX) || o.types.count(MAGNET_EV_VMNET_QUEUE_RX)) &&
+      probes && probes->find("vmnet") != std::string::npos)
+    throw cli::usage_error("--probes: vmnet.queue sees only the devices of VMs it knows: give --vm or --uri");
   if (o.pred.push().events) {  // the filter names events: attach only those
     std::set<uint16_t> keep;
     for (auto t : o.types)
@@ -109,19 +120,27 @@ static record_opts parse_record(cli::args& a) {
 }
 
 // Applies probes, sampling and the kernel part of the filter.
+// @only_vms: --vm's ids (empty: no such restriction), and-ed with the
+// filter's own vm part.
 static status configure(capture& c, const record_opts& o, uint32_t mode,
-                        std::set<uint16_t>& attached) {
+                        const std::set<uint32_t>& only_vms, std::set<uint16_t>& attached) {
   const auto& pd = o.pred.push();
+  std::optional<std::set<uint32_t>> vms = pd.vm;
+  if (!only_vms.empty()) {
+    if (!vms) vms = only_vms;
+    else std::erase_if(*vms, [&](uint32_t v) { return !only_vms.count(v); });
+    if (vms->empty()) return error{"--filter and --vm together select no VM"};
+  }
   uint32_t active = 0;
   if (pd.cpu) active |= MAGNET_FK_CPU;
   if (pd.tgid) active |= MAGNET_FK_TGID;
   if (pd.cgroup) active |= MAGNET_FK_CGROUP;
-  if (pd.vm) active |= MAGNET_FK_VM;
+  if (vms) active |= MAGNET_FK_VM;
   if (pd.abstract_id) active |= MAGNET_FK_ABSTRACT;
   if (auto s = c.set_filter_sets(active, pd.cpu.value_or(std::set<uint32_t>{}),
                                  pd.tgid.value_or(std::set<uint32_t>{}),
                                  pd.cgroup.value_or(std::set<uint64_t>{}),
-                                 pd.vm.value_or(std::set<uint32_t>{}),
+                                 vms.value_or(std::set<uint32_t>{}),
                                  pd.abstract_id.value_or(std::set<uint64_t>{}));
       !s)
     return s;
@@ -178,7 +197,7 @@ int record_until_stopped(const record_opts& o, capture& cap, ring_consumer& cons
 // The last words: a line on stderr (not with -q), and with --json the same
 // as one object on stdout.
 static void print_summary(const record_opts& o, const std::set<uint16_t>& attached,
-                          uint64_t records, uint64_t bytes, uint64_t lost) {
+                          const vm_follower* vms, uint64_t records, uint64_t bytes, uint64_t lost) {
   if (!o.quiet)
     std::fprintf(stderr, "magnet: %llu records, %llu bytes, %llu lost, written to %s\n",
                  static_cast<unsigned long long>(records), static_cast<unsigned long long>(bytes),
@@ -186,8 +205,9 @@ static void print_summary(const record_opts& o, const std::set<uint16_t>& attach
   if (!o.json) return;
   auto probes = nlohmann::ordered_json::array();
   for (uint16_t t : attached) probes.push_back(event_name(t));
-  const nlohmann::ordered_json j = {{"file", o.out}, {"probes", probes}, {"records", records},
-                                    {"bytes", bytes}, {"lost", lost}};
+  nlohmann::ordered_json j = {{"file", o.out}, {"probes", probes}, {"records", records},
+                              {"bytes", bytes}, {"lost", lost}};
+  if (vms) j["vms"] = vms->ids();
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
 }
 
@@ -207,8 +227,21 @@ int cmd_record(cli::args& a) {
     std::fprintf(stderr, "magnet record: %s\n", cap.err().message.c_str());
     return 1;
   }
+  // The VMs tagged before any probe runs, so that their first events carry their ids.
+  std::unique_ptr<vm_follower> vms;
+  if (o.vms.on()) {
+    auto f = vm_follower::start(**cap, o.vms);
+    if (!f) {
+      std::fprintf(stderr, "magnet record: %s\n", f.err().message.c_str());
+      return 1;
+    }
+    vms = std::move(*f);
+    if (!o.quiet) std::fprintf(stderr, "magnet: VMs of %s: %s\n", o.vms.uri.c_str(), vms->describe().c_str());
+  }
   std::set<uint16_t> attached;
-  if (auto s = configure(**cap, o, MAGNET_MODE_STREAM, attached); !s) {
+  if (auto s = configure(**cap, o, MAGNET_MODE_STREAM, vms ? vms->selected() : std::set<uint32_t>{},
+                         attached);
+      !s) {
     std::fprintf(stderr, "magnet record: %s\n", s.err().message.c_str());
     return 1;
   }
@@ -262,7 +295,7 @@ int cmd_record(cli::args& a) {
     std::fprintf(stderr, "magnet record: %s\n", s.err().message.c_str());
     rc = 1;
   }
-  print_summary(o, attached, (*cons)->records(), w->bytes(), (*cons)->lost());
+  print_summary(o, attached, vms.get(), (*cons)->records(), w->bytes(), (*cons)->lost());
   return rc;
 }
 

@@ -7,23 +7,28 @@
 
 #include "magnet/capture/capture.h"
 #include "commands.h"
+#include "vm_follow.h"
 #include "magnet/events.h"
 #include "magnet/trace_file.h"
 
 namespace magnet::host {
 
 static const char* kStatHelp =
-    "Usage: magnet stat [--probes LIST] [--interval T] [--count N] [--duration T] [--json]\n"
+    "Usage: magnet stat [--probes LIST] [--vm NAME]... [--uri URI] [--interval T] [--count N]\n"
+    "                   [--duration T] [--json]\n"
     "\n"
     "Live per-layer event and byte counts from the in-kernel aggregation: no\n"
     "event is copied to user space.  One table (or JSON line) per interval,\n"
-    "one row per probe and VM (vm 0 = host).\n"
+    "one row per probe and VM (vm 0 = host, or every event without --vm or\n"
+    "--uri: nothing is tagged then).\n"
     "\n"
     "  -p, --probes LIST   probes or dotted prefixes (default: net)\n"
+    MAGNET_HELP_VM_SELECT
     "  -i, --interval T    reporting interval (default 1s)\n"
     "  -c, --count N       stop after N intervals\n"
     "  -d, --duration T    stop after T\n"
-    "      --json          JSON Lines output\n"
+    "      --json          JSON Lines output (a row of a VM the registry named\n"
+    "                      has its vm_name)\n"
     "\n" MAGNET_HELP_DURATIONS;
 
 void every_interval(uint64_t iv, uint64_t max_n, uint64_t dur_ns,
@@ -58,6 +63,7 @@ int cmd_stat(cli::args& a) {
   auto count = a.value("--count", "-c");
   auto dur = a.value("--duration", "-d");
   bool json = a.flag("--json");
+  const vm_select sel = parse_vm_select(a);
   a.finish(0, 0);
   auto types = cli::need(select_events(probes.value_or("net")), "--probes");
   uint64_t iv = interval ? cli::need(cli::parse_duration_ns(*interval), "--interval")
@@ -72,6 +78,22 @@ int cmd_stat(cli::args& a) {
   if (!cap) {
     std::fprintf(stderr, "magnet stat: %s\n", cap.err().message.c_str());
     return 1;
+  }
+  std::unique_ptr<vm_follower> vms;
+  std::map<uint32_t, std::string> names;
+  if (sel.on()) {
+    auto f = vm_follower::start(**cap, sel);
+    if (!f) {
+      std::fprintf(stderr, "magnet stat: %s\n", f.err().message.c_str());
+      return 1;
+    }
+    vms = std::move(*f);
+    if (!vms->selected().empty())
+      if (auto s = (*cap)->set_filter_sets(MAGNET_FK_VM, {}, {}, {}, vms->selected(), {}); !s) {
+        std::fprintf(stderr, "magnet stat: %s\n", s.err().message.c_str());
+        return 1;
+      }
+    std::fprintf(stderr, "magnet: VMs of %s: %s\n", sel.uri.c_str(), vms->describe().c_str());
   }
   std::set<uint16_t> on;
   for (uint16_t t : types) {
@@ -90,6 +112,8 @@ int cmd_stat(cli::args& a) {
   std::map<std::pair<uint16_t, uint32_t>, magnet_agg> prev;
   every_interval(iv, max_n, dur_ns, [&](double elapsed, double secs) {
     (*cap)->rescan_netns();
+    if (vms)
+      for (const auto& [name, id] : vms->ids()) names[id] = name;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     if (!json)
       std::printf("%-18s %-10s %4s %12s %12s %14s %10s\n", "PROBE", "LAYER", "VM", "EVENTS",
@@ -102,11 +126,13 @@ int cmd_stat(cli::args& a) {
         auto& p = prev[{t, vm}];
         double ev_s = static_cast<double>(cur.events - p.events) / secs;
         double mbit = static_cast<double>(cur.bytes - p.bytes) * 8 / secs / 1e6;
-        if (json)
-          rows.push_back({{"probe", event_name(t)}, {"layer", spec->layer}, {"vm", vm},
-                          {"events", cur.events}, {"bytes", cur.bytes}, {"events_per_s", ev_s},
-                          {"mbit_per_s", mbit}});
-        else
+        if (json) {
+          nlohmann::ordered_json row = {{"probe", event_name(t)}, {"layer", spec->layer}, {"vm", vm}};
+          if (auto n = names.find(vm); n != names.end()) row["vm_name"] = n->second;
+          row.update({{"events", cur.events}, {"bytes", cur.bytes}, {"events_per_s", ev_s},
+                      {"mbit_per_s", mbit}});
+          rows.push_back(std::move(row));
+        } else
           std::printf("%-18s %-10s %4u %12llu %12.1f %14llu %10.3f\n", event_name(t).c_str(),
                       spec->layer, vm, static_cast<unsigned long long>(cur.events), ev_s,
                       static_cast<unsigned long long>(cur.bytes), mbit);

@@ -297,6 +297,35 @@ TEST_F(VmAwarenessDirect, DaemonPerVmViewsMatchIperf3AndHoldOnlyThatVmsFlows) {
   }
 }
 
+// A network namespace standing for the wire behind the lab's bridge: a veth
+// from the bridge into it, with @addr there; gone with this object.
+struct wire_ns {
+  std::string ns, va, vb;  // vb: the end inside ns
+  bool ok = false;
+  std::string why;
+  wire_ns(const std::string& prefix, const std::string& addr) {
+    const std::string tag = std::to_string(getpid() % 100000);
+    ns = prefix + tag;
+    va = prefix + "a" + tag;  // 15 characters at most: a prefix of up to 7
+    vb = prefix + "b" + tag;
+    auto r = RunProcess({"sh", "-c",
+                         "set -e; ip netns add " + ns + "; ip -n magnetlab link add " + va +
+                             " type veth peer name " + vb + " netns " + ns +
+                             "; ip -n magnetlab link set " + va + " master magbr0 up; ip -n " + ns +
+                             " addr add " + addr + "/24 dev " + vb + "; ip -n " + ns + " link set " + vb +
+                             " up; ip -n " + ns + " link set lo up"},
+                        LabBounds().Quick());
+    ok = r.status == 0;
+    why = r.Describe();
+  }
+  ~wire_ns() {
+    RunProcess({"ip", "-n", "magnetlab", "link", "del", va}, LabBounds().Quick());
+    RunProcess({"ip", "netns", "del", ns}, LabBounds().Quick());
+  }
+  wire_ns(const wire_ns&) = delete;
+  wire_ns& operator=(const wire_ns&) = delete;
+};
+
 // The host side of a VM's network path: every packet the host forwards
 // between the VM's tap and another device (here a veth into a namespace
 // standing for the wire) gets a vmnet.queue record of that VM, and a guest
@@ -329,23 +358,9 @@ TEST_F(VmAwarenessDirect, HostQueueingAndTapDropsAreAttributedToTheVm) {
   ASSERT_FALSE(d.top.empty()) << ReadFileText(d.log);
   const int vm = d.vm_id("g1");
   ASSERT_GT(vm, 0) << d.top;
-  const std::string tag = std::to_string(getpid() % 100000);
-  const std::string ns = "magwire" + tag, va = "mgwa" + tag, vb = "mgwb" + tag;
-  struct cleanup {
-    std::string ns, va;
-    ~cleanup() {
-      RunProcess({"ip", "-n", "magnetlab", "link", "del", va}, LabBounds().Quick());
-      RunProcess({"ip", "netns", "del", ns}, LabBounds().Quick());
-    }
-  } cl{ns, va};
-  auto wire = RunProcess({"sh", "-c",
-                          "set -e; ip netns add " + ns + "; ip -n magnetlab link add " + va +
-                              " type veth peer name " + vb + " netns " + ns +
-                              "; ip -n magnetlab link set " + va + " master magbr0 up; ip -n " +
-                              ns + " addr add 10.77.0.250/24 dev " + vb + "; ip -n " + ns +
-                              " link set " + vb + " up; ip -n " + ns + " link set lo up"},
-                         bounds().Quick());
-  ASSERT_EQ(wire.status, 0) << wire.Describe();
+  const wire_ns wire("magwire", "10.77.0.250");
+  ASSERT_TRUE(wire.ok) << wire.why;
+  const std::string &ns = wire.ns, &vb = wire.vb;
 
   // g1's queueing statistics in a `magnet top` reply; fails the test when
   // the reply does not parse or has no g1.
@@ -596,6 +611,121 @@ TEST_F(VmAwarenessDirect, StopAndStartOfTheDomainArePickedUp) {
   ASSERT_TRUE(g1);
   EXPECT_EQ(g1->vm_id, id) << "same domain, same magnet id";
   EXPECT_NE(g1->qemu_pid, pid) << "a new QEMU process";
+}
+
+// Records of one column of `magnet dump --format csv`, per value.
+std::map<std::string, long> CsvCount(const std::string& csv, const std::string& column,
+                                     const std::string& event_prefix) {
+  std::map<std::string, long> out;
+  auto lines = SplitLines(csv);
+  if (lines.empty()) return out;
+  std::map<std::string, size_t> col;
+  {
+    std::stringstream h(lines[0]);
+    size_t i = 0;
+    for (std::string c; std::getline(h, c, ',');) col[c] = i++;
+  }
+  if (!col.count(column) || !col.count("event")) return out;
+  for (size_t l = 1; l < lines.size(); ++l) {
+    std::vector<std::string> f;
+    std::stringstream in(lines[l]);
+    for (std::string c; std::getline(in, c, ',');) f.push_back(c);
+    if (f.size() <= std::max(col[column], col["event"])) continue;
+    if (f[col["event"]].rfind(event_prefix, 0) == 0) ++out[f[col[column]]];
+  }
+  return out;
+}
+
+// Standalone record and stat follow libvirt when given --vm (issue 20): the
+// probes tag the VMs' events in the kernel as the daemon's do, and --vm
+// keeps only that VM's.  Both guests send UDP to a "wire" namespace behind
+// the bridge (so the host forwards every datagram: vmnet.queue) while
+// `record --vm g1` runs: every record is g1's, with the id its --json names,
+// and both net.dev and vmnet.queue recorded; then `stat --vm g2` counts g2's
+// packets under g2's id and nothing else.
+TEST_F(VmAwarenessDirect, StandaloneRecordAndStatTagTheVmsTheyAreGiven) {
+  const wire_ns wire("magsa", "10.77.0.251");
+  ASSERT_TRUE(wire.ok) << wire.why;
+  const std::string& ns = wire.ns;
+  // Both guests send 3 s of 4 Mbit/s to the wire, each to a server of its own.
+  auto send_both = [&] {
+    std::vector<std::unique_ptr<Background>> srv;
+    for (int port : {5621, 5622}) {
+      srv.push_back(std::make_unique<Background>("ip netns exec " + ns + " timeout " +
+                                                     std::to_string(bounds().Linger(3)) +
+                                                     " iperf3 -s -1 -p " + std::to_string(port),
+                                                 "/dev/null"));
+      EXPECT_TRUE(WaitFor([&] { return Listening(ns, port); }, bounds().Ready())) << port;
+    }
+    auto client = [&](const std::string& g, int port) {
+      return lab()->Run(g, "iperf3 -c 10.77.0.251 -p " + std::to_string(port) +
+                               " -u -b 4M -l 1000 -t 3 >/dev/null 2>&1; echo rc=$?",
+                        bounds().Work(3));
+    };
+    auto second = std::async(std::launch::async, client, "g2", 5622);
+    auto first = client("g1", 5621);
+    EXPECT_NE(first.out.find("rc=0"), std::string::npos) << first.Describe();
+    auto s2 = second.get();
+    EXPECT_NE(s2.out.find("rc=0"), std::string::npos) << s2.Describe();
+  };
+
+  // The last line of a Background's output (stdout and stderr) that is a JSON object.
+  auto last_json = [](const std::string& file) {
+    nlohmann::json j;
+    for (const auto& l : SplitLines(ReadFileText(file)))
+      if (!l.empty() && l[0] == '{') j = nlohmann::json::parse(l, nullptr, false);
+    return j;
+  };
+  const std::string dir = ArtifactDir("VmAwarenessDirect.standalone");
+  const std::string trace = dir + "/g1.mtr", rec_out = dir + "/record.out", stat_out = dir + "/stat.out";
+  ::unlink(trace.c_str());
+  nlohmann::json j;
+  {
+    Background rec(magnet() + " record -o " + trace + " -p net.dev,vmnet.queue --vm g1 -q --json", rec_out);
+    // The trace file exists once the VMs are tagged and the probes attached.
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(trace); }, bounds().Ready()))
+        << "record did not start: " << ReadFileText(rec_out);
+    send_both();
+    rec.Stop();  // SIGTERM: the recorder flushes and prints its summary
+    j = last_json(rec_out);
+  }
+  ASSERT_TRUE(j.is_object() && j.contains("vms")) << ReadFileText(rec_out);
+  ASSERT_TRUE(j["vms"].contains("g1") && j["vms"].contains("g2")) << j.dump();
+  const std::string g1 = std::to_string(j["vms"]["g1"].get<int>());
+  EXPECT_NE(g1, "0") << j.dump();
+  auto csv = RunProcess({magnet(), "dump", trace, "--format", "csv"}, bounds().Crunch());
+  ASSERT_EQ(csv.status, 0) << csv.Describe();
+  const auto dev = CsvCount(csv.out, "vm", "net.dev"), queue = CsvCount(csv.out, "vm", "vmnet.queue");
+  // 3 s at 500 datagrams/s through g1's tap, and as many forwarded by the host.
+  EXPECT_EQ(dev.size(), 1u) << "net.dev records of VMs other than g1 (vm " << g1 << ")";
+  EXPECT_GE(dev.count(g1) ? dev.at(g1) : 0, 1000) << "net.dev records of g1";
+  EXPECT_EQ(queue.size(), 1u) << "vmnet.queue records of VMs other than g1 (vm " << g1 << ")";
+  EXPECT_GE(queue.count(g1) ? queue.at(g1) : 0, 1000) << "vmnet.queue records of g1";
+
+  // stat --vm g2: rows of g2's id only, with its packets (each line's counts
+  // are since the start: the last line has them all).
+  nlohmann::json sj;
+  {
+    Background st(magnet() + " stat -p net.dev --vm g2 -i 1s --json", stat_out);
+    ASSERT_TRUE(WaitFor([&] { return last_json(stat_out).is_object(); }, bounds().Ready()))
+        << "stat did not start: " << ReadFileText(stat_out);
+    send_both();
+    sleep(1);  // the last datagrams in a report
+    st.Stop();
+    sj = last_json(stat_out);
+  }
+  ASSERT_TRUE(sj.is_object()) << ReadFileText(stat_out);
+  long g2_events = 0;
+  for (const auto& row : sj.at("rows")) {
+    if (row.at("events").get<long>() == 0) continue;
+    EXPECT_EQ(row.value("vm_name", ""), "g2") << row.dump();
+    EXPECT_NE(row.at("vm").get<int>(), 0) << row.dump();
+    g2_events += row.at("events").get<long>();
+  }
+  EXPECT_GE(g2_events, 1000) << sj.dump();
+  std::printf("[e2e] standalone: record --vm g1: %ld net.dev and %ld vmnet.queue records, all vm %s; "
+              "stat --vm g2: %ld events\n",
+              dev.count(g1) ? dev.at(g1) : 0L, queue.count(g1) ? queue.at(g1) : 0L, g1.c_str(), g2_events);
 }
 
 }  // namespace

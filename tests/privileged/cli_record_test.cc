@@ -39,6 +39,36 @@ TEST(CliRecord, UsageErrorsNameTheProblem) {
   expect_usage_error({"host", "--vm-quota", "lots"}, "--vm-quota");
   expect_usage_error({"host", "--vm-quota", "2000000000"}, "--vm-quota: 2000000000 is above 10^9 events/s");
   expect_usage_error({"host", "--vm-quota", "-5"}, "--vm-quota");
+  // VM tagging outside the daemon only with --vm or --uri (the registry).
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--filter", "vm == 1"},
+                     "--filter: a part on vm needs VM tagging: give --vm or --uri");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--probes", "vmnet.queue"},
+                     "vmnet.queue sees only the devices of VMs it knows: give --vm or --uri");
+  expect_usage_error({"record", "-o", "/tmp/x.mtr", "--vm", "g1,,g2"}, "--vm: an empty name in 'g1,,g2'");
+  expect_usage_error({"stat", "--uri", ""}, "--uri: empty");
+}
+
+// --vm and --uri follow libvirt (here its test driver, whose one running
+// domain is "test"): a name it does not run is refused naming the ones it
+// does; a known one is given its id, which --json reports.
+TEST(CliRecord, VmNamesAreResolvedWithLibvirtOrRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  auto r = run({MAGNET_BIN, "record", "-o", "/tmp/magnet-vm-test.mtr", "-p", "net.dev", "--uri",
+                "test:///default", "--vm", "nosuch", "-d", "1"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("--vm nosuch: no running domain of that name at test:///default (running: test)"),
+            std::string::npos)
+      << r.err;
+  r = run({MAGNET_BIN, "record", "-o", "/tmp/magnet-vm-test.mtr", "-p", "net.dev", "--uri",
+           "test:///default", "--vm", "test", "-d", "200ms", "-q", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["vms"], nlohmann::json({{"test", 1}})) << r.out;
+  r = run({MAGNET_BIN, "stat", "-p", "net.dev", "--uri", "test:///nosuch-driver", "-c", "1"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot follow the VMs of test:///nosuch-driver"), std::string::npos) << r.err;
+  ::unlink("/tmp/magnet-vm-test.mtr");
 }
 
 TEST(CliRecord, UnwritableOutputIsAClearError) {

@@ -65,10 +65,10 @@ TEST(GuestHelp, AWrongOptionIsStillAUsageError) {
 const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOptions = {
     {"probes", {"--json"}},
     {"record",
-     {"-o, --output", "-p, --probes", "-f, --filter", "--sample", "--sample-time",
+     {"-o, --output", "-p, --probes", "-f, --filter", "--vm", "--uri", "--sample", "--sample-time",
       "-d, --duration", "-b, --buffer", "--watermark", "--poll-timeout", "-q, --quiet", "--json"}},
     {"dump", {"-F, --format", "-o, --output", "--json"}},
-    {"stat", {"-p, --probes", "-i, --interval", "-c, --count", "-d, --duration", "--json"}},
+    {"stat", {"-p, --probes", "--vm", "--uri", "-i, --interval", "-c, --count", "-d, --duration", "--json"}},
     {"kvm", {"-i, --interval", "-c, --count", "-d, --duration", "--per-vcpu", "--json"}},
     {"host",
      {"--config", "--uri", "--views", "--socket", "--socket-group", "-p, --probes", "-b, --buffer",
