@@ -479,6 +479,13 @@ lab_local_up() {
           lab_err "$LAB_NESTED_GUEST_RESET: g$i, with no word on its console ($ev)"
           return "$LAB_RC_NESTED_GUEST_RESET"
         fi
+        # Wedged while booting, with no reset (seen in a fresh-clone CI run: a guest brought up
+        # again after a death printed nothing for 90 s): retried like a reset.
+        if ev="$(lab_vcpu_wedged "$(for k in 1 2 3; do virsh -q -c qemu:///system qemu-monitor-command "g$i" \
+              --hmp 'info registers' 2>/dev/null | tr -d '\r' | grep -m1 '^RIP='; [[ $k == 3 ]] || sleep 1; done)")"; then
+          lab_err "$LAB_NESTED_GUEST_RESET: g$i never became ready, $ev"
+          return "$LAB_RC_NESTED_GUEST_RESET"
+        fi
         return 1
       fi
     done
@@ -563,6 +570,24 @@ lab_labhost_lockup() {
   done
   echo "$LAB_LABHOST_LOCKED: every vCPU runs its kernel with interrupts off (3 samples over 2 s):$seen" |
     tee -a "$(lab_labhost_dir)/console.log"
+}
+
+# lab_vcpu_wedged SAMPLES: 0, printing why, when three `info registers` RIP= lines of one vCPU
+# (one a second) show it halted in each (the interrupt that would wake it never came) or at one
+# same kernel instruction in each; 1 otherwise.
+lab_vcpu_wedged() {
+  local n=0 halted=0 same=0 first="" rip cpl line
+  while IFS= read -r line; do
+    [[ $line == RIP=* ]] || continue
+    n=$((n + 1))
+    rip=${line%% *} cpl=$(sed -n 's/.* CPL=\([0-9]\) .*/\1/p' <<<"$line")
+    [[ $line == *" HLT=1"* ]] && halted=$((halted + 1))
+    [[ -z $first ]] && first=$rip
+    [[ $rip == "$first" && $cpl == 0 ]] && same=$((same + 1))
+  done <<<"$1"
+  if (( n == 3 && halted == 3 )); then echo "its vCPU halted in 3 samples over 2 s"; return 0; fi
+  if (( n == 3 && same == 3 )); then echo "its vCPU at one kernel instruction ($first) in 3 samples over 2 s"; return 0; fi
+  return 1
 }
 
 # lab_guest_lockup NAME: a nested KVM guest that does not answer its control channel, looked at
