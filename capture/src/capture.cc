@@ -93,10 +93,15 @@ const std::vector<probe_spec> kProbes = {
      {{M::tp_btf, {"proc_exit_btf"}, "sched/sched_process_exit"},
       {M::raw_tp, {"proc_exit_raw"}, "sched/sched_process_exit"}}},
     {MAGNET_P_BLK_ISSUE, MAGNET_EV_BLK_ISSUE, "block", "block request issued to the driver",
-     // block_getrq: the submitter, in its own context; block_rq_requeue: a
-     // request issued again keeps it (capture.bpf.c)
-     {{M::tp_btf, {"blk_issue_btf", "blk_getrq_btf", "blk_requeue_btf"}, "block/block_rq_issue"},
-      {M::raw_tp, {"blk_issue_raw", "blk_getrq_raw", "blk_requeue_raw"}, "block/block_rq_issue"}}},
+     // block_getrq: the submitter, in its own context; block_bio_*merge:
+     // a merged bio drops what an earlier bio at its address left;
+     // block_rq_requeue: a request issued again keeps it (capture.bpf.c)
+     {{M::tp_btf,
+       {"blk_issue_btf", "blk_getrq_btf", "blk_backmerge_btf", "blk_frontmerge_btf", "blk_requeue_btf"},
+       "block/block_rq_issue"},
+      {M::raw_tp,
+       {"blk_issue_raw", "blk_getrq_raw", "blk_backmerge_raw", "blk_frontmerge_raw", "blk_requeue_raw"},
+       "block/block_rq_issue"}}},
     // The submitter and the issue time of a completed request are kept by
     // the blk.issue programs: "needs".
     {MAGNET_P_BLK_COMPLETE, MAGNET_EV_BLK_COMPLETE, "block", "block request completed",

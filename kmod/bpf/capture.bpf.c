@@ -1033,6 +1033,43 @@ static __always_inline int mg_blk_getrq(struct bio *bio)
 	return 0;
 }
 
+/* A bio merged into a request already made never makes one: an entry under
+ * its address is left from an earlier bio there, and would give this bio's
+ * request that bio's submitter if this one came first in its list (a front
+ * merge). */
+static __always_inline int mg_blk_merge(struct bio *bio)
+{
+	__u64 key = mg_ptr_bits(bio);
+
+	if (bio)
+		bpf_map_delete_elem(&blk_submitter, &key);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_backmerge")
+int BPF_PROG(blk_backmerge_btf, struct bio *bio)
+{
+	return mg_blk_merge(bio);
+}
+
+SEC("raw_tp/block_bio_backmerge")
+int BPF_PROG(blk_backmerge_raw, struct bio *bio)
+{
+	return mg_blk_merge(bio);
+}
+
+SEC("tp_btf/block_bio_frontmerge")
+int BPF_PROG(blk_frontmerge_btf, struct bio *bio)
+{
+	return mg_blk_merge(bio);
+}
+
+SEC("raw_tp/block_bio_frontmerge")
+int BPF_PROG(blk_frontmerge_raw, struct bio *bio)
+{
+	return mg_blk_merge(bio);
+}
+
 SEC("tp_btf/block_getrq")
 int BPF_PROG(blk_getrq_btf, struct bio *bio)
 {
@@ -1064,25 +1101,34 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 	ev.now = bpf_ktime_get_ns(); /* also the latency's clock */
 	if (!complete) {
 		struct bio *b = BPF_CORE_READ(rq, bio);
-		struct mg_blk_issue *sub = NULL;
+		bool have_submitter = false;
 		__u64 bkey = 0;
 
+		/* The first bio of the list with a submitter is the one the
+		 * request was made for.  Every entry found is deleted: the
+		 * others are the first bios of requests merged into this one,
+		 * and an entry left behind would name its submitter for a later
+		 * bio at the same address. */
 		for (int i = 0; i < MG_BLK_BIO_WALK; i++) { /* a bounded loop */
+			struct mg_blk_issue *found;
+
 			if (!b)
 				break;
 			bkey = mg_ptr_bits(b);
-			sub = bpf_map_lookup_elem(&blk_submitter, &bkey);
-			if (sub)
-				break;
+			found = bpf_map_lookup_elem(&blk_submitter, &bkey);
+			if (found) {
+				if (!have_submitter) {
+					ev.tgid = found->tgid;
+					ev.tid = found->tid;
+					ev.vm = found->vm;
+					have_submitter = true;
+				}
+				bpf_map_delete_elem(&blk_submitter, &bkey);
+			}
 			b = BPF_CORE_READ(b, bi_next);
 		}
 
-		if (sub) { /* else: no bio (a flush), made before tracing, or requeued */
-			ev.tgid = sub->tgid;
-			ev.tid = sub->tid;
-			ev.vm = sub->vm;
-			bpf_map_delete_elem(&blk_submitter, &bkey);
-		} else {
+		if (!have_submitter) { /* no bio (a flush), made before tracing, or requeued */
 			/* A request the driver gave back (its queue was full) is
 			 * issued again from whichever context runs the queue next,
 			 * often a kworker: it keeps its first issue's submitter and
@@ -1108,7 +1154,10 @@ static __always_inline int mg_blk_event(struct request *rq, int error,
 			ev.tgid = start->tgid;
 			ev.tid = start->tid;
 			ev.vm = start->vm;
-			bpf_map_delete_elem(&blk_start, &key);
+			/* A partial completion (fewer bytes than the request still
+			 * has) keeps the request's submitter for the rest. */
+			if (nr_bytes >= BPF_CORE_READ(rq, __data_len))
+				bpf_map_delete_elem(&blk_start, &key);
 		} else {
 			/* issued before tracing started: submitter unknown */
 			ev.tgid = ev.tid = ev.vm = 0;

@@ -14,9 +14,12 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "magnet/capture/capture.h"
 #include "magnet/capture/consumer.h"
@@ -557,6 +560,54 @@ TEST_F(BlockProgTestRun, ARequeuedRequestKeepsItsSubmitter) {
   recs = block_records({e, f});
   ASSERT_EQ(recs.size(), 4u);
   for (const auto& r : recs) EXPECT_EQ(hdr_of(r.data()).vm_id, 9u);
+}
+
+// A bio merged into a request already made never makes one, so what an
+// earlier bio at its address left in blk_submitter is dropped as it merges:
+// left there, it would name that bio's submitter for this bio's request
+// when this bio comes first in its list (a front merge).
+TEST_F(BlockProgTestRun, AMergedBioDropsWhatAnEarlierBioAtItsAddressLeft) {
+  const int getrq = cap_->program_fd("blk_getrq_raw");
+  const int back = cap_->program_fd("blk_backmerge_raw");
+  const int front = cap_->program_fd("blk_frontmerge_raw");
+  ASSERT_GE(getrq, 0);
+  ASSERT_GE(back, 0);
+  ASSERT_GE(front, 0);
+  // The map, among those the getrq program uses.
+  int submitters = -1;
+  {
+    uint32_t ids[16] = {};
+    bpf_prog_info info = {};
+    info.nr_map_ids = 16;
+    info.map_ids = reinterpret_cast<uint64_t>(ids);
+    uint32_t len = sizeof info;
+    ASSERT_EQ(bpf_obj_get_info_by_fd(getrq, &info, &len), 0);
+    for (uint32_t i = 0; i < std::min<uint32_t>(info.nr_map_ids, 16) && submitters < 0; ++i) {
+      int fd = bpf_map_get_fd_by_id(ids[i]);
+      if (fd < 0) continue;
+      bpf_map_info mi = {};
+      uint32_t mlen = sizeof mi;
+      if (bpf_obj_get_info_by_fd(fd, &mi, &mlen) == 0 && std::string(mi.name) == "blk_submitter")
+        submitters = fd;
+      else
+        close(fd);
+    }
+  }
+  ASSERT_GE(submitters, 0) << "no map blk_submitter used by blk_getrq_raw";
+  auto has = [&](uint64_t bio) {
+    std::vector<uint8_t> v(256);
+    return bpf_map_lookup_elem(submitters, &bio, v.data()) == 0;
+  };
+  const uint64_t bio1 = 0x4000, bio2 = 0x5000;  // user addresses: nothing read from them
+  run_as_vm(11, {{getrq, {bio1}}, {getrq, {bio2}}});
+  EXPECT_TRUE(has(bio1)) << "block_getrq keeps the submitter by its bio";
+  EXPECT_TRUE(has(bio2));
+  run_as_vm(12, {{back, {bio1}}});
+  EXPECT_FALSE(has(bio1)) << "a back merge of a bio at that address";
+  EXPECT_TRUE(has(bio2));
+  run_as_vm(12, {{front, {bio2}}});
+  EXPECT_FALSE(has(bio2)) << "a front merge of a bio at that address";
+  close(submitters);
 }
 
 }  // namespace
