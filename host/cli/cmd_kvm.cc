@@ -14,23 +14,28 @@
 #include "magnet/capture/capture.h"
 #include "magnet/capture/latency.h"
 #include "magnet/events.h"
+#include "vm_follow.h"
 
 namespace magnet::host {
 
 static const char* kKvmHelp =
-    "Usage: magnet kvm [--interval T] [--count N] [--duration T] [--per-vcpu] [--json]\n"
+    "Usage: magnet kvm [--interval T] [--count N] [--duration T] [--per-vcpu]\n"
+    "                  [--vm NAME]... [--uri URI] [--json]\n"
     "\n"
     "KVM exits per exit reason with their exit -> entry time (the time the host\n"
     "spends handling the exit, including QEMU for userspace exits) and halt\n"
     "times (halt(polled): the wakeup came while KVM polled; halt(slept): the\n"
     "vCPU thread slept), per QEMU process, from in-kernel statistics: no event\n"
     "is copied to user space.  Times are from log2 histograms (quantiles within\n"
-    "a factor of 2); MAX is the maximum since the start.\n"
+    "a factor of 2); MAX is the maximum since the start.  Without --vm or\n"
+    "--uri, VM is 0 and GUEST is taken from QEMU's command line; with them,\n"
+    "VM and GUEST are libvirt's (the registry's ids, as in magnet host).\n"
     "\n"
     "  -i, --interval T    reporting interval (default 1s)\n"
     "  -c, --count N       stop after N intervals\n"
     "  -d, --duration T    stop after T\n"
     "      --per-vcpu      one row per vCPU and reason (default: per VM)\n"
+    MAGNET_HELP_VM_SELECT
     "      --json          JSON Lines output\n"
     "\n" MAGNET_HELP_DURATIONS;
 
@@ -136,6 +141,7 @@ int cmd_kvm(cli::args& a) {
   auto dur = a.value("--duration", "-d");
   bool per_vcpu = a.flag("--per-vcpu");
   bool json = a.flag("--json");
+  const vm_select sel = parse_vm_select(a);
   a.finish(0, 0);
   uint64_t iv = interval ? cli::need(cli::parse_duration_ns(*interval), "--interval")
                          : 1'000'000'000ull;
@@ -165,18 +171,38 @@ int cmd_kvm(cli::args& a) {
     }
   }
 
+  // --vm/--uri: the registry tags each VM's QEMU in the kernel, so that
+  // the statistics' keys carry its id; --vm keeps those VMs' rows.
+  std::unique_ptr<vm_follower> vms;
+  if (sel.on()) {
+    auto f = vm_follower::start(**cap, sel);
+    if (!f) {
+      std::fprintf(stderr, "magnet kvm: %s\n", f.err().message.c_str());
+      return 1;
+    }
+    vms = std::move(*f);
+    std::fprintf(stderr, "magnet: VMs of %s: %s\n", sel.uri.c_str(), vms->describe().c_str());
+  }
+
   std::map<row_key, lat_stat> prev;
-  std::map<uint32_t, std::string> names;
+  std::map<uint32_t, std::string> names;  // tgid -> guest
   every_interval(iv, max_n, dur_ns, [&](double elapsed, double secs) {
     std::map<row_key, lat_stat> cur;
     for (const auto& [k, s] : (*cap)->kvm_exit_stats()) {
+      if (vms && !vms->selected().empty() && !vms->selected().count(k.vm_id)) continue;
       row_key rk{k.vm_id, k.tgid, per_vcpu ? int64_t{k.vcpu_id} : -1, k.isa, k.reason};
       cur[rk].merge(s);
     }
     auto rows = interval_rows(cur, prev);
     prev = std::move(cur);
-    for (const auto& r : rows)
-      if (!names.count(std::get<1>(r.k))) names[std::get<1>(r.k)] = guest_name(std::get<1>(r.k));
+    std::map<uint32_t, std::string> by_id;  // the registry's names
+    if (vms)
+      for (const auto& [name, id] : vms->ids()) by_id[id] = name;
+    for (const auto& r : rows) {
+      const uint32_t vm = std::get<0>(r.k), tgid = std::get<1>(r.k);
+      if (auto it = by_id.find(vm); vm && it != by_id.end()) names[tgid] = it->second;
+      else if (!names.count(tgid)) names[tgid] = guest_name(tgid);
+    }
     if (json)
       std::printf("%s\n", rows_json(rows, names, elapsed, secs).dump(-1, ' ', false,
                                                                      nlohmann::ordered_json::error_handler_t::replace).c_str());

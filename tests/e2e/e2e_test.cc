@@ -620,8 +620,31 @@ TEST_F(NestedLab, KvmExitTimesUserspaceExitsAndVhostWorkPerGuest) {
   // magnet kvm while g2 burns its vCPU and g1 idles.
   ASSERT_EQ(lab()->Run("g2", "(timeout 12 sh -c 'while :; do :; done' &) ").status, 0);
   sleep(2);
-  auto k = lab()->Run("labhost", magnet + " kvm --json --count 1 --interval 3", bounds().Crunch());
+  // Beside it, one that follows libvirt and keeps g2 only (--vm).
+  auto k = lab()->Run("labhost", "(" + magnet + " kvm --json --count 1 --interval 3 --vm g2 >/tmp/kvm-g2.json "
+                                 "2>/tmp/kvm-g2.err; echo $? >/tmp/kvm-g2.rc) & " +
+                                     magnet + " kvm --json --count 1 --interval 3; wait",
+                      bounds().Crunch());
   ASSERT_EQ(k.status, 0) << k.Describe();
+  {
+    SCOPED_TRACE("magnet kvm --vm g2");
+    auto g = lab()->Run("labhost", "cat /tmp/kvm-g2.rc /tmp/kvm-g2.err /tmp/kvm-g2.json");
+    ASSERT_EQ(g.status, 0) << g.Describe();
+    auto lines = SplitLines(g.out);
+    ASSERT_GE(lines.size(), 3u) << g.out;
+    EXPECT_EQ(lines.front(), "0") << g.out;
+    auto jg = nlohmann::json::parse(lines.back(), nullptr, false);
+    ASSERT_TRUE(jg.is_object()) << g.out;
+    std::set<long> vm_ids;
+    for (const auto& row : jg.at("rows")) {
+      EXPECT_EQ(row.at("guest"), "g2") << row.dump();
+      EXPECT_EQ(std::to_string(row.at("tgid").get<long>()), pid2) << "only g2's QEMU: " << row.dump();
+      vm_ids.insert(row.at("vm").get<long>());
+    }
+    EXPECT_FALSE(jg.at("rows").empty()) << g.out;
+    ASSERT_EQ(vm_ids.size(), 1u) << g.out;
+    EXPECT_GT(*vm_ids.begin(), 0) << "the registry's id of g2, not 0: " << g.out;
+  }
   auto j = nlohmann::json::parse(Trim(k.out), nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << k.out;
   std::map<std::string, double> halt_pct;

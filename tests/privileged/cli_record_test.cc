@@ -69,6 +69,16 @@ TEST(CliRecord, VmNamesAreResolvedWithLibvirtOrRefused) {
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("cannot follow the VMs of test:///nosuch-driver"), std::string::npos) << r.err;
   ::unlink("/tmp/magnet-vm-test.mtr");
+  // magnet kvm too (this machine's kernel has the kvm tracepoints).
+  r = run({MAGNET_BIN, "kvm", "--uri", "test:///default", "--vm", "nosuch", "-c", "1"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("--vm nosuch: no running domain of that name at test:///default (running: test)"),
+            std::string::npos)
+      << r.err;
+  r = run({MAGNET_BIN, "kvm", "--uri", "test:///default", "--vm", "test", "-c", "1", "-i", "100ms", "--json"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("magnet: VMs of test:///default: test = vm 1"), std::string::npos) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(r.out, nullptr, false).is_object()) << r.out;
 }
 
 TEST(CliRecord, UnwritableOutputIsAClearError) {

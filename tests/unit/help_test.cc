@@ -69,7 +69,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOpti
       "-d, --duration", "-b, --buffer", "--watermark", "--poll-timeout", "-q, --quiet", "--json"}},
     {"dump", {"-F, --format", "-o, --output", "--json"}},
     {"stat", {"-p, --probes", "--vm", "--uri", "-i, --interval", "-c, --count", "-d, --duration", "--json"}},
-    {"kvm", {"-i, --interval", "-c, --count", "-d, --duration", "--per-vcpu", "--json"}},
+    {"kvm", {"-i, --interval", "-c, --count", "-d, --duration", "--per-vcpu", "--vm", "--uri", "--json"}},
     {"host",
      {"--config", "--uri", "--views", "--socket", "--socket-group", "-p, --probes", "-b, --buffer",
       "--vm-quota", "-d, --duration", "--no-seccomp", "--no-deliver", "--vsock", "--vsock-port",
