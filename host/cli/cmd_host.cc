@@ -86,6 +86,10 @@ static const char* kHostHelp =
     "                         (repeat for more; e.g. the name of a reverse proxy)\n"
     "      --http-stream-interval T\n"
     "                         one dashboard stream event every T (default 500ms)\n"
+    "      --metrics-detail full|coarse\n"
+    "                         /metrics' histograms: every log2 bound (default),\n"
+    "                         or one in four (a factor of 16 between bounds; a\n"
+    "                         page about a third the size)\n"
     "      --list-metrics     print the series /metrics has and exit\n"
     "      --json             with --list-metrics: one JSON array of the names\n"
     "\n"
@@ -117,6 +121,11 @@ void parse_settings(cli::args& a, daemon_options& o, bool replace) {
     if (ns < 100'000'000 || ns > 60'000'000'000ull)
       throw cli::usage_error("--http-stream-interval: " + *v + " is not between 100ms and 60s");
     o.http_stream_ns = ns;
+  }
+  if (auto v = a.value("--metrics-detail")) {
+    if (*v == "full") o.metrics_detail = histogram_detail::full;
+    else if (*v == "coarse") o.metrics_detail = histogram_detail::coarse;
+    else throw cli::usage_error("--metrics-detail: '" + *v + "' is not full or coarse");
   }
   if (auto v = a.value("--uri")) o.uri = *v;
   if (auto v = a.value("--views")) o.views_path = *v;
@@ -170,7 +179,7 @@ const setting kSettings[] = {
     {"buffer"},       {"vm-quota"},     {"duration"},    {"no-seccomp", true}, {"no-deliver", true},
     {"vsock"},        {"vsock-port"},   {"vsock-any-port", true}, {"no-serial", true},
     {"link", false, true}, {"http"},    {"http-tokens"}, {"http-host", false, true},
-    {"http-stream-interval"},
+    {"http-stream-interval"}, {"metrics-detail"},
 };
 
 // The settings file @path into @o, each line as its option would be on the

@@ -39,6 +39,7 @@ TEST(CliRecord, UsageErrorsNameTheProblem) {
   expect_usage_error({"host", "--vm-quota", "lots"}, "--vm-quota");
   expect_usage_error({"host", "--vm-quota", "2000000000"}, "--vm-quota: 2000000000 is above 10^9 events/s");
   expect_usage_error({"host", "--vm-quota", "-5"}, "--vm-quota");
+  expect_usage_error({"host", "--metrics-detail", "fine"}, "--metrics-detail: 'fine' is not full or coarse");
   // VM tagging outside the daemon only with --vm or --uri (the registry).
   expect_usage_error({"record", "-o", "/tmp/x.mtr", "--filter", "vm == 1"},
                      "--filter: a part on vm needs VM tagging: give --vm or --uri");
@@ -68,7 +69,6 @@ TEST(CliRecord, VmNamesAreResolvedWithLibvirtOrRefused) {
   r = run({MAGNET_BIN, "stat", "-p", "net.dev", "--uri", "test:///nosuch-driver", "-c", "1"});
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("cannot follow the VMs of test:///nosuch-driver"), std::string::npos) << r.err;
-  ::unlink("/tmp/magnet-vm-test.mtr");
   // magnet kvm too (this machine's kernel has the kvm tracepoints).
   r = run({MAGNET_BIN, "kvm", "--uri", "test:///default", "--vm", "nosuch", "-c", "1"});
   EXPECT_EQ(r.status, 1) << r.err;
@@ -79,6 +79,7 @@ TEST(CliRecord, VmNamesAreResolvedWithLibvirtOrRefused) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("magnet: VMs of test:///default: test = vm 1"), std::string::npos) << r.err;
   EXPECT_TRUE(nlohmann::json::parse(r.out, nullptr, false).is_object()) << r.out;
+  ::unlink("/tmp/magnet-vm-test.mtr");
 }
 
 TEST(CliRecord, UnwritableOutputIsAClearError) {

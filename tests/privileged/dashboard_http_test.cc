@@ -313,6 +313,29 @@ TEST(Dashboard, PageAssetsApiAndStreamAgreeWithMagnetTop) {
   EXPECT_EQ(t.d->stop(SIGTERM), 0) << t.d->stderr_text();
 }
 
+// --metrics-detail coarse: the daemon's page has histograms with one bound
+// in four, and no other bound.
+TEST(Dashboard, MetricsDetailCoarseServesOneBoundInFour) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  daemon_under_test t({"--metrics-detail", "coarse"});
+  ASSERT_TRUE(t.up());
+  reply r;
+  std::set<std::string> les;
+  // Until a tick has given both VMs their counters (their histograms).
+  for (int i = 0; i < 50 && les.empty(); ++i) {
+    r = get(t.port, "/metrics");
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::regex le(R"re(_bucket\{[^}]*le="([^"]+)"\})re");
+    for (auto it = std::sregex_iterator(r.body.begin(), r.body.end(), le); it != std::sregex_iterator(); ++it)
+      les.insert((*it)[1]);
+    if (les.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(les, (std::set<std::string>{"2.55e-07", "4.095e-06", "6.5535e-05", "0.001048575", "0.016777215",
+                                        "0.268435455", "+Inf"}))
+      << r.body.substr(0, 3000);
+  EXPECT_EQ(t.d->stop(SIGTERM), 0) << t.d->stderr_text();
+}
+
 TEST(Dashboard, RefusesANonLoopbackAddressWithoutTokensAndAnOpenTokenFile) {
   auto r = run({MAGNET_BIN, "host", "--http", "0.0.0.0:0", "--duration", "1"});
   EXPECT_EQ(r.status, 2);

@@ -74,7 +74,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOpti
      {"--config", "--uri", "--views", "--socket", "--socket-group", "-p, --probes", "-b, --buffer",
       "--vm-quota", "-d, --duration", "--no-seccomp", "--no-deliver", "--vsock", "--vsock-port",
       "--vsock-any-port", "--no-serial", "--link", "--http", "--http-tokens", "--http-host",
-      "--http-stream-interval", "--list-metrics", "--json", "--check-views", "--print-default-views"}},
+      "--http-stream-interval", "--metrics-detail", "--list-metrics", "--json", "--check-views", "--print-default-views"}},
     {"top", {"--socket", "-i, --interval", "-c, --count", "--timeout", "--json"}},
     {"views", {"--vm", "--view", "--socket", "-n, --rows", "--timeout", "--json"}},
     {"sessions", {"--socket", "--timeout", "--json"}},

@@ -86,6 +86,50 @@ TEST(OpenMetrics, HistogramBoundsAreTheKernelsLog2BucketsInSeconds) {
   for (size_t i = 0; i < b.size(); ++i) EXPECT_DOUBLE_EQ(b[i], std::stod(kLe[i])) << i;
 }
 
+// --metrics-detail coarse: one bound in four of the same series, each
+// bucket as cumulative as on the full page (the ones between go to the next
+// bound kept), _count and _sum unchanged; every other family the same.
+TEST(OpenMetrics, CoarseHistogramsKeepOneBoundInFourWithTheSameCounts) {
+  auto b = histogram_bounds_s(histogram_detail::coarse);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_DOUBLE_EQ(b[i], std::stod(kLe[4 * i])) << i;
+  fixture f;
+  const std::string full = render_metrics(f.in, exposition::prometheus, fixed_clock());
+  f.in.detail = histogram_detail::coarse;
+  const std::string coarse = render_metrics(f.in, exposition::prometheus, fixed_clock());
+  const std::string dom1 = R"(domain="web \"one\"\\\nx",uuid="11111111-2222-3333-4444-555555555555")";
+  std::string h = "# HELP magnet_vm_kvm_exit_handling_seconds KVM exit to the next entry, by exit reason\n"
+                  "# TYPE magnet_vm_kvm_exit_handling_seconds histogram\n";
+  for (size_t i = 0; i < std::size(kLe); i += 4)
+    h += "magnet_vm_kvm_exit_handling_seconds_bucket{" + dom1 + ",reason=\"io_instruction\",le=\"" +
+         kLe[i] + "\"} " + (i < 1 ? "0" : i < 5 ? "2" : "3") + "\n";
+  h += "magnet_vm_kvm_exit_handling_seconds_bucket{" + dom1 + ",reason=\"io_instruction\",le=\"+Inf\"} 3\n"
+       "magnet_vm_kvm_exit_handling_seconds_count{" + dom1 + ",reason=\"io_instruction\"} 3\n"
+       "magnet_vm_kvm_exit_handling_seconds_sum{" + dom1 + ",reason=\"io_instruction\"} 5.6e-06\n";
+  EXPECT_EQ(block(coarse, "magnet_vm_kvm_exit_handling_seconds"), h);
+  // Block latency of 1 ms (kernel bucket 19): in le=0.001048575, kept.
+  const std::string blk = block(coarse, "magnet_vm_block_latency_seconds");
+  EXPECT_NE(blk.find("magnet_vm_block_latency_seconds_bucket{" + dom1 + ",le=\"6.5535e-05\"} 0\n"),
+            std::string::npos) << blk;
+  EXPECT_NE(blk.find("magnet_vm_block_latency_seconds_bucket{" + dom1 + ",le=\"0.001048575\"} 1\n"),
+            std::string::npos) << blk;
+  // Only the bucket lines differ: the full page without the bounds dropped
+  // is the coarse page (but for the scrape's own duration, the last line).
+  std::set<std::string> dropped;
+  for (size_t i = 0; i < std::size(kLe); ++i)
+    if (i % 4) dropped.insert(std::string("le=\"") + kLe[i] + "\"}");
+  std::string kept;
+  std::istringstream lines(full);
+  for (std::string line; std::getline(lines, line);) {
+    bool drop = false;
+    for (const auto& d : dropped) drop |= line.find(d) != std::string::npos;
+    if (!drop) kept += line + "\n";
+  }
+  auto without_duration = [](const std::string& p) { return p.substr(0, p.find("magnet_scrape_duration_seconds ")); };
+  EXPECT_EQ(without_duration(kept), without_duration(coarse));
+  EXPECT_LT(coarse.size(), full.size());
+}
+
 TEST(OpenMetrics, PrometheusTextExactFamilies) {
   fixture f;
   const std::string page = render_metrics(f.in, exposition::prometheus, fixed_clock());

@@ -159,6 +159,11 @@ void put_escaped(std::string& o, std::string_view s, bool quote = true) {
   }
 }
 
+// Every how many of the finite bounds a histogram keeps: all, or one in
+// four (a factor of 16 between bounds: 255 ns, 4.1 us, 65.5 us, 1.05 ms,
+// 16.8 ms, 268 ms, then +Inf).
+size_t bound_stride(histogram_detail d) { return d == histogram_detail::coarse ? 4 : 1; }
+
 const std::array<std::string, kBounds + 1>& bound_labels() {
   static const auto l = [] {
     std::array<std::string, kBounds + 1> a;
@@ -171,7 +176,8 @@ const std::array<std::string, kBounds + 1>& bound_labels() {
 
 class writer {
  public:
-  writer(std::string& o, exposition f) : o_(o), om_(f == exposition::openmetrics) {}
+  writer(std::string& o, exposition f, histogram_detail d)
+      : o_(o), om_(f == exposition::openmetrics), stride_(bound_stride(d)) {}
   bool om() const { return om_; }
 
   void family(const metric_family& m) {
@@ -234,6 +240,7 @@ class writer {
     labels += "le=\"";
     const size_t keep = labels.size();
     for (size_t b = 0; b <= kBounds; ++b) {
+      if (b < kBounds && b % stride_) continue;  // coarse: its buckets go to the next bound kept
       const size_t upto = b < kBounds ? kFirstBound + b : s.hist.size();  // kernel buckets < upto
       for (; k < upto; ++k) cum += s.hist[k];
       labels.resize(keep);
@@ -255,6 +262,7 @@ class writer {
  private:
   std::string& o_;
   bool om_;
+  size_t stride_;
 };
 
 // What a family's emitter sees: the input, and each VM's escaped labels.
@@ -433,7 +441,11 @@ const family_def kFamilies[] = {
 
 }  // namespace
 
-std::span<const double> histogram_bounds_s() { return bounds(); }
+std::vector<double> histogram_bounds_s(histogram_detail d) {
+  std::vector<double> out;
+  for (size_t b = 0; b < kBounds; b += bound_stride(d)) out.push_back(bounds()[b]);
+  return out;
+}
 
 std::span<const metric_family> metric_families() {
   static const auto v = [] {
@@ -468,7 +480,7 @@ std::string render_metrics(const exposition_input& in, exposition f,
   for (const auto& vm : in.vms) c.base.push_back(label("domain", vm.domain) + "," + label("uuid", vm.uuid));
   std::string o;
   o.reserve(4096 + in.vms.size() * 57344);  // a busy VM: about 53 KiB of text
-  writer w(o, f);
+  writer w(o, f, in.detail);
   for (const auto& d : kFamilies) {
     w.family(d.meta);
     if (d.emit) {

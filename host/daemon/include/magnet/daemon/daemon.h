@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "magnet/deliver/deliver.h"
+#include "magnet/export/openmetrics.h"
 #include "magnet/http/dashboard.h"
 #include "magnet/http/server.h"
 
@@ -45,6 +46,7 @@ struct daemon_options {
   std::string http_tokens_path;       // --http-tokens' file, read again on SIGHUP
   std::vector<http_host_name> http_hosts;  // --http-host: more names a request's Host may carry
   uint64_t http_stream_ns = 500'000'000;  // --http-stream-interval: between stream events
+  histogram_detail metrics_detail = histogram_detail::full;  // --metrics-detail: /metrics' histograms
   bool seccomp = true;  // the syscall filter after setup (seccomp.h); --no-seccomp: none
 };
 

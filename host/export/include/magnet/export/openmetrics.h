@@ -58,12 +58,18 @@ struct vm_exposition {
   const vm_record_totals* records = nullptr;  // null: none yet
 };
 
+// How finely histograms are cut (--metrics-detail): every log2 bound of the
+// kernel's buckets (24 finite bounds), or one in four (6: a factor of 16
+// between bounds), for a page about a third the size with many VMs.
+enum class histogram_detail { full, coarse };
+
 struct exposition_input {
   std::vector<vm_exposition> vms;
   uint64_t records = 0;  // records the daemon consumed
   uint64_t lost = 0;     // records lost in the kernel (ring buffer full)
   uint64_t resident_bytes = 0;
   bool libvirt_connected = false;
+  histogram_detail detail = histogram_detail::full;
 };
 
 enum class metric_type { counter, gauge, histogram, info };
@@ -93,6 +99,6 @@ uint64_t resident_memory_bytes();
 // [2^i, 2^(i+1)) ns hold integer nanoseconds up to 2^(i+1) - 1, so
 // le = (2^(i+1) - 1) ns is exact; those below 255 ns are merged into the
 // first bound and the kernel's last bucket (2^31 ns and more) is +Inf.
-std::span<const double> histogram_bounds_s();
+std::vector<double> histogram_bounds_s(histogram_detail d = histogram_detail::full);
 
 }  // namespace magnet::host
