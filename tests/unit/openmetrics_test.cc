@@ -64,13 +64,15 @@ struct fixture {
     r1.blk_latency.count = 1;
     r1.blk_latency.total_ns = 1000000;
     r1.blk_latency.hist[19] = 1;
-    in.vms.push_back({"web \"one\"\\\nx", "11111111-2222-3333-4444-555555555555", 3, &c1, &r1});
-    in.vms.push_back({"g2", "66666666-2222-3333-4444-555555555555", 4, &c2, nullptr});
+    in.vms.push_back({"web \"one\"\\\nx", "11111111-2222-3333-4444-555555555555", 3, &c1, &r1,
+                      vm_power_figures{12.5, 300.25}});
+    in.vms.push_back({"g2", "66666666-2222-3333-4444-555555555555", 4, &c2, nullptr, vm_power_figures{0, 0}});
     in.vms.push_back({"starting", "77777777-2222-3333-4444-555555555555", 5, nullptr, nullptr});
     in.records = 12345;
     in.lost = 9;
     in.resident_bytes = 10 << 20;
     in.libvirt_connected = true;
+    in.power = host_power_figures{"rapl", 101.5, 5000.5, 3000, 1200.25, 500};
   }
 };
 
@@ -227,6 +229,61 @@ TEST(OpenMetrics, PrometheusTextExactFamilies) {
             "# HELP magnet_scrape_duration_seconds Time the daemon took to render this page, up to this family\n"
             "# TYPE magnet_scrape_duration_seconds gauge\n"
             "magnet_scrape_duration_seconds 0.0025\n");
+}
+
+// The power families (host/power): each VM's share, the host's power and
+// energy by source, the parts no VM is given; the VM not yet sampled has
+// none.  Without a power source not one line of them, HELP and TYPE
+// included.
+TEST(OpenMetrics, PowerFamiliesAndNoneWithoutAPowerSource) {
+  fixture f;
+  const std::string page = render_metrics(f.in, exposition::prometheus, fixed_clock());
+  const std::string dom1 = R"(domain="web \"one\"\\\nx",uuid="11111111-2222-3333-4444-555555555555")";
+  const std::string dom2 = R"(domain="g2",uuid="66666666-2222-3333-4444-555555555555")";
+  EXPECT_EQ(block(page, "magnet_vm_power_watts"),
+            "# HELP magnet_vm_power_watts The VM's share of the host's power over the last second: of the "
+            "host's power above idle, its CPU time's share of the host's busy time (docs/placement.md)\n"
+            "# TYPE magnet_vm_power_watts gauge\n"
+            "magnet_vm_power_watts{" + dom1 + "} 12.5\n"
+            "magnet_vm_power_watts{" + dom2 + "} 0\n");
+  EXPECT_EQ(block(page, "magnet_vm_energy_joules_total"),
+            "# HELP magnet_vm_energy_joules_total The VM's share of the host's energy since the daemon "
+            "started (as magnet_vm_power_watts)\n"
+            "# TYPE magnet_vm_energy_joules_total counter\n"
+            "magnet_vm_energy_joules_total{" + dom1 + "} 300.25\n"
+            "magnet_vm_energy_joules_total{" + dom2 + "} 0\n");
+  EXPECT_EQ(block(page, "magnet_host_power_watts"),
+            "# HELP magnet_host_power_watts The host's power over the last second, from RAPL "
+            "(source=\"rapl\") or the host's power model at its CPU utilisation (source=\"model\")\n"
+            "# TYPE magnet_host_power_watts gauge\n"
+            "magnet_host_power_watts{source=\"rapl\"} 101.5\n");
+  EXPECT_EQ(block(page, "magnet_host_energy_joules_total"),
+            "# HELP magnet_host_energy_joules_total The host's energy since the daemon started: the VMs' "
+            "magnet_vm_energy_joules_total and magnet_host_energy_part_joules_total add up to it\n"
+            "# TYPE magnet_host_energy_joules_total counter\n"
+            "magnet_host_energy_joules_total{source=\"rapl\"} 5000.5\n");
+  EXPECT_EQ(block(page, "magnet_host_energy_part_joules_total"),
+            "# HELP magnet_host_energy_part_joules_total The host's energy that no VM it follows is given: "
+            "its idle power (part=\"idle\"), its busy time that was no VM's work (part=\"own\"), VMs that "
+            "have gone since (part=\"gone\")\n"
+            "# TYPE magnet_host_energy_part_joules_total counter\n"
+            "magnet_host_energy_part_joules_total{source=\"rapl\",part=\"idle\"} 3000\n"
+            "magnet_host_energy_part_joules_total{source=\"rapl\",part=\"own\"} 1200.25\n"
+            "magnet_host_energy_part_joules_total{source=\"rapl\",part=\"gone\"} 500\n");
+  const std::string om = render_metrics(f.in, exposition::openmetrics, fixed_clock());
+  EXPECT_NE(om.find("# TYPE magnet_host_energy_joules counter\n# UNIT magnet_host_energy_joules joules\n"
+                    "magnet_host_energy_joules_total{source=\"rapl\"} 5000.5\n"),
+            std::string::npos);
+  EXPECT_NE(om.find("# TYPE magnet_vm_power_watts gauge\n# UNIT magnet_vm_power_watts watts\n"), std::string::npos);
+
+  f.in.power.reset();
+  for (auto& vm : f.in.vms) vm.power.reset();
+  for (auto fmt : {exposition::prometheus, exposition::openmetrics}) {
+    const std::string none = render_metrics(f.in, fmt, fixed_clock());
+    for (const char* word : {"power", "energy", "joules", "watts"})
+      EXPECT_EQ(none.find(word), std::string::npos) << word;
+    EXPECT_NE(none.find("magnet_records_total 12345"), std::string::npos);
+  }
 }
 
 TEST(OpenMetrics, OpenMetricsTypesUnitsTotalsAndEof) {

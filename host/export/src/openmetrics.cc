@@ -305,7 +305,23 @@ void emit_counter_field(writer& w, const metric_family& m, const context& c) {
 struct family_def {
   metric_family meta;
   emit_fn emit;
+  bool power = false;  // only on a host with a power source (exposition_input::power)
 };
+
+// The host's power families' {source="..."} (and part).
+std::string source_label(const context& c) { return label("source", c.in.power->source); }
+
+void emit_host_part(writer& w, const metric_family& m, const context& c, const char* part, double j) {
+  w.begin(m.name, "_total", source_label(c), label("part", part));
+  w.value(j);
+}
+
+// Calls fn(base labels, figures) for every VM with power figures.
+template <class Fn>
+void each_vm_power(const context& c, Fn&& fn) {
+  for (size_t i = 0; i < c.in.vms.size(); ++i)
+    if (c.in.vms[i].power) fn(c.base[i], *c.in.vms[i].power);
+}
 
 const family_def kFamilies[] = {
     {{"magnet_vm", metric_type::info, "",
@@ -407,6 +423,50 @@ const family_def kFamilies[] = {
     {{"magnet_vm_lost_records", metric_type::counter, "",
       "The VM's records lost in the kernel (over its stream quota, or the ring buffer full)"},
      emit_counter_field<&vm_counters::lost>},
+    {{"magnet_vm_power_watts", metric_type::gauge, "watts",
+      "The VM's share of the host's power over the last second: of the host's power above idle, "
+      "its CPU time's share of the host's busy time (docs/placement.md)"},
+     [](writer& w, const metric_family& m, const context& c) {
+       each_vm_power(c, [&](const std::string& base, const vm_power_figures& p) {
+         w.begin(m.name, "", base);
+         w.value(p.watts);
+       });
+     },
+     true},
+    {{"magnet_vm_energy_joules", metric_type::counter, "joules",
+      "The VM's share of the host's energy since the daemon started (as magnet_vm_power_watts)"},
+     [](writer& w, const metric_family& m, const context& c) {
+       each_vm_power(c, [&](const std::string& base, const vm_power_figures& p) {
+         w.begin(m.name, "_total", base);
+         w.value(p.joules);
+       });
+     },
+     true},
+    {{"magnet_host_power_watts", metric_type::gauge, "watts",
+      "The host's power over the last second, from RAPL (source=\"rapl\") or the host's power "
+      "model at its CPU utilisation (source=\"model\")"},
+     [](writer& w, const metric_family& m, const context& c) {
+       w.begin(m.name, "", source_label(c));
+       w.value(c.in.power->watts);
+     },
+     true},
+    {{"magnet_host_energy_joules", metric_type::counter, "joules",
+      "The host's energy since the daemon started: the VMs' magnet_vm_energy_joules_total and "
+      "magnet_host_energy_part_joules_total add up to it"},
+     [](writer& w, const metric_family& m, const context& c) {
+       w.begin(m.name, "_total", source_label(c));
+       w.value(c.in.power->host_j);
+     },
+     true},
+    {{"magnet_host_energy_part_joules", metric_type::counter, "joules",
+      "The host's energy that no VM it follows is given: its idle power (part=\"idle\"), its busy "
+      "time that was no VM's work (part=\"own\"), VMs that have gone since (part=\"gone\")"},
+     [](writer& w, const metric_family& m, const context& c) {
+       emit_host_part(w, m, c, "idle", c.in.power->idle_j);
+       emit_host_part(w, m, c, "own", c.in.power->own_j);
+       emit_host_part(w, m, c, "gone", c.in.power->gone_j);
+     },
+     true},
     {{"magnet_records", metric_type::counter, "", "Records the daemon consumed from the kernel"},
      [](writer& w, const metric_family& m, const context& c) {
        w.begin(m.name, "_total", {});
@@ -482,6 +542,7 @@ std::string render_metrics(const exposition_input& in, exposition f,
   o.reserve(4096 + in.vms.size() * 57344);  // a busy VM: about 53 KiB of text
   writer w(o, f, in.detail);
   for (const auto& d : kFamilies) {
+    if (d.power && !in.power) continue;
     w.family(d.meta);
     if (d.emit) {
       d.emit(w, d.meta, c);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,12 +51,27 @@ class record_totals {
   std::map<uint32_t, vm_record_totals> vms_;
 };
 
+// A VM's share of the host's power (host/power, docs/placement.md).
+struct vm_power_figures {
+  double watts = 0;   // over the last second
+  double joules = 0;  // since the daemon started (or the VM appeared)
+};
+
 // One VM as /metrics shows it.
 struct vm_exposition {
   std::string domain, uuid;  // libvirt's, as the registry last saw them
   uint32_t vm_id = 0;        // magnet's id
   const vm_counters* counters = nullptr;      // the last tick's; null: none yet
   const vm_record_totals* records = nullptr;  // null: none yet
+  std::optional<vm_power_figures> power;      // none: no power source, or not yet sampled
+};
+
+// The host's power and where its energy went, cumulative since the daemon
+// started: host_j = the VMs' joules + idle_j + own_j + gone_j.
+struct host_power_figures {
+  std::string source;  // "rapl" or "model"
+  double watts = 0;    // over the last second
+  double host_j = 0, idle_j = 0, own_j = 0, gone_j = 0;
 };
 
 // How finely histograms are cut (--metrics-detail): every log2 bound of the
@@ -70,6 +86,9 @@ struct exposition_input {
   uint64_t resident_bytes = 0;
   bool libvirt_connected = false;
   histogram_detail detail = histogram_detail::full;
+  // None: the host has no power source, and the power families are left
+  // out of the page entirely (their HELP and TYPE too).
+  std::optional<host_power_figures> power;
 };
 
 enum class metric_type { counter, gauge, histogram, info };
