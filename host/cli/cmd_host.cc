@@ -93,6 +93,17 @@ static const char* kHostHelp =
     "      --list-metrics     print the series /metrics has and exit\n"
     "      --json             with --list-metrics: one JSON array of the names\n"
     "\n"
+    "The host's power and each VM's share of it on /metrics (docs/placement.md):\n"
+    "from RAPL where the host has it, else from a power model, else none (no\n"
+    "power figures at all; the log says which at start).\n"
+    "      --powercap-root DIR\n"
+    "                         the powercap tree whose package zones (intel-rapl:N)\n"
+    "                         count the host's energy (default /sys/class/powercap;\n"
+    "                         a tree given that cannot be read stops the daemon)\n"
+    "      --power-model FILE the host's power as a function of its CPU use,\n"
+    "                         SPECpower-style, when it has no RAPL: 'idle = W',\n"
+    "                         'full = W' and 'point = UTIL% W' lines\n"
+    "\n"
     "      --check-views FILE validate a view file and exit\n"
     "      --print-default-views\n"
     "                         print the built-in view definitions (YAML) and exit\n"
@@ -126,6 +137,14 @@ void parse_settings(cli::args& a, daemon_options& o, bool replace) {
     if (*v == "full") o.metrics_detail = histogram_detail::full;
     else if (*v == "coarse") o.metrics_detail = histogram_detail::coarse;
     else throw cli::usage_error("--metrics-detail: '" + *v + "' is not full or coarse");
+  }
+  if (auto v = a.value("--powercap-root")) {
+    if (v->empty()) throw cli::usage_error("--powercap-root: empty");
+    o.powercap_root = *v;
+  }
+  if (auto v = a.value("--power-model")) {
+    o.power_model = cli::need(power::load_power_model(*v), "--power-model");
+    o.power_model_path = *v;
   }
   if (auto v = a.value("--uri")) o.uri = *v;
   if (auto v = a.value("--views")) o.views_path = *v;
@@ -179,7 +198,7 @@ const setting kSettings[] = {
     {"buffer"},       {"vm-quota"},     {"duration"},    {"no-seccomp", true}, {"no-deliver", true},
     {"vsock"},        {"vsock-port"},   {"vsock-any-port", true}, {"no-serial", true},
     {"link", false, true}, {"http"},    {"http-tokens"}, {"http-host", false, true},
-    {"http-stream-interval"}, {"metrics-detail"},
+    {"http-stream-interval"}, {"metrics-detail"}, {"powercap-root"}, {"power-model"},
 };
 
 // The settings file @path into @o, each line as its option would be on the

@@ -187,6 +187,7 @@ TEST(ConfigFile, EveryOptionOfHostIsAKeyAndTheShippedFileNamesThemAll) {
     EXPECT_TRUE(shipped.insert(m[1]).second) << m[1] << " twice";
     std::string value = m[2];
     if (m[1] == "http-tokens") value = write_conf("tokens", "tok-0123456789abcdef all\n", 0600);
+    if (m[1] == "power-model") value = write_conf("power-model.conf", "idle = 86\nfull = 117\n");
     all += std::string(m[1]) + " = " + value + "\n";
   }
   EXPECT_EQ(shipped, options) << "packaging/magnet.conf against magnet host --help";
@@ -209,6 +210,8 @@ TEST(ConfigFile, UnknownKeysAndBadValuesExitTwoNamingTheFileTheLineAndTheKey) {
       {"http = 127.0.0.1:80\nhttp-tokens = " + tokens + "\n", ":2: http-tokens = " + tokens + ": "},
       {"link = eth0=fast\n", ":1: link = eth0=fast: --link: "},
       {"vm-quota = -1\n", ":1: vm-quota = -1: "},
+      {"power-model = " + kDir + "/none.model\n",
+       ":1: power-model = " + kDir + "/none.model: --power-model: " + kDir + "/none.model: No such file"},
       {"just words\n", ":1: 'just words' is not 'key = value'"},
   };
   int n = 0;

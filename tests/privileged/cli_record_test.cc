@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +42,14 @@ TEST(CliRecord, UsageErrorsNameTheProblem) {
   expect_usage_error({"host", "--vm-quota", "2000000000"}, "--vm-quota: 2000000000 is above 10^9 events/s");
   expect_usage_error({"host", "--vm-quota", "-5"}, "--vm-quota");
   expect_usage_error({"host", "--metrics-detail", "fine"}, "--metrics-detail: 'fine' is not full or coarse");
+  // A power model that cannot be used: its file and line, and why.
+  const std::string model = "/tmp/magnet-bad-power-model-" + std::to_string(getpid()) + ".conf";
+  std::ofstream(model, std::ios::trunc) << "idle = 86\nfull = 117\npoint = 50% 130\n";
+  expect_usage_error({"host", "--power-model", model},
+                     "--power-model: " + model + ":3: point: its watts fall outside the curve (above full)");
+  std::remove(model.c_str());
+  expect_usage_error({"host", "--power-model", model}, "--power-model: " + model + ": No such file");
+  expect_usage_error({"host", "--powercap-root="}, "--powercap-root: empty");
   // VM tagging outside the daemon only with --vm or --uri (the registry).
   expect_usage_error({"record", "-o", "/tmp/x.mtr", "--filter", "vm == 1"},
                      "--filter: a part on vm needs VM tagging: give --vm or --uri");

@@ -125,6 +125,7 @@ int host_daemon::run() {
     log_error("magnet host: " + s.err().message);
     return 1;
   }
+  if (int rc = open_power()) return rc;
   if (int rc = open_endpoints(group)) return rc;
   if (int rc = drop_privileges()) return rc;
   // Know the running VMs before the first guest connects: a guest that

@@ -10,12 +10,14 @@
 //   replies.cc  the query socket's replies (magnet top, views, vms, ...)
 //   routes.cc   the HTTP routes: /metrics, the dashboard and its streams
 //   links.cc    --link: a shared link's device, namespace and capacity
+//   power.cc    the host's power: its source, each tick's split per VM
 //   service.cc  what systemd is told (Type=notify), tokens read on SIGHUP
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -37,6 +39,7 @@
 #include "magnet/http/server.h"
 #include "magnet/metrics/vcpu_sched.h"
 #include "magnet/metrics/vm_metrics.h"
+#include "magnet/power/meter.h"
 #include "magnet/registry/registry.h"
 
 namespace magnet::host {
@@ -83,6 +86,10 @@ class host_daemon : public vm_tagger {
   void tick();
   void sample(uint64_t now);
   void resolve_links();
+  // power.cc
+  int open_power();
+  void sample_power(uint64_t now, const std::map<uint32_t, vm_counters>& c);
+  void power_figures(exposition_input& in) const;
   // replies.cc
   std::string handle(const std::string& req, const admin_peer& peer);
   // The one VM @key names (magnet/admin/vm_key.h), or why there is none;
@@ -130,6 +137,8 @@ class host_daemon : public vm_tagger {
   int ticks_ = 0;
   std::set<uint16_t> probes_;
   std::vector<std::string> link_notes_;  // per --link, the last one logged
+  std::optional<power::power_meter> power_;  // none: the host has no power source
+  std::string power_note_;                   // the last reading error logged, "" when reading
 };
 
 }  // namespace magnet::host

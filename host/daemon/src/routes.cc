@@ -57,6 +57,7 @@ http_response host_daemon::metrics_page(const http_request& r) const {
   in.resident_bytes = resident_memory_bytes();
   in.libvirt_connected = reg_.connected();
   in.detail = opt_.metrics_detail;
+  power_figures(in);
   const exposition f = negotiate_exposition(r.header("Accept"));
   return {200, std::string(content_type(f)), render_metrics(in, f)};
 }

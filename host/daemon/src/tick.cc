@@ -68,6 +68,7 @@ void host_daemon::sample(uint64_t now) {
   for (const auto& [vm, l] : losses_)
     if (auto it = c.find(vm); it != c.end()) it->second.lost = l.first + l.second;
   metrics_.sample(now, c);
+  sample_power(now, c);
   totals_.retain(ids);
   counters_ = std::move(c);
   for (const auto& [id, vm] : vms_) hub_.publish(id, now, metrics_.stats(id));

@@ -114,7 +114,7 @@ std::string describe(const power_model& m) {
     return std::string(b);
   };
   return w(m.idle_watts()) + " idle, " + w(m.full_watts()) + " full, " + std::to_string(m.points.size() - 2) +
-         " points between";
+         (m.points.size() == 3 ? " point between" : " points between");
 }
 
 }  // namespace magnet::power

@@ -14,6 +14,7 @@
 #include "magnet/export/openmetrics.h"
 #include "magnet/http/dashboard.h"
 #include "magnet/http/server.h"
+#include "magnet/power/model.h"
 
 namespace magnet::host {
 
@@ -48,7 +49,18 @@ struct daemon_options {
   uint64_t http_stream_ns = 500'000'000;  // --http-stream-interval: between stream events
   histogram_detail metrics_detail = histogram_detail::full;  // --metrics-detail: /metrics' histograms
   bool seccomp = true;  // the syscall filter after setup (seccomp.h); --no-seccomp: none
+  // The host's power (docs/placement.md): RAPL's package zones under
+  // --powercap-root, else --power-model, else none.  An empty root is
+  // /sys/class/powercap, where an unreadable zone only means no RAPL; one
+  // given is the operator's, and a zone there that cannot be read stops the
+  // daemon at start.
+  std::string powercap_root;
+  std::optional<power::power_model> power_model;
+  std::string power_model_path;  // the file it came from, for the log
 };
+
+// /sys/class/powercap: the kernel's powercap tree.
+inline constexpr const char* kPowercapRoot = "/sys/class/powercap";
 
 // Why @o cannot serve HTTP as given (a non-loopback --http without
 // --http-tokens), or "".

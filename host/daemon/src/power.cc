@@ -1,0 +1,67 @@
+// The host's power (host/power, docs/placement.md): the source chosen once
+// at start and said once in the log, then at each tick the interval's
+// energy split between the VMs, the host's idle power and its own work.
+#include "host_daemon.h"
+#include "magnet/log.h"
+
+namespace magnet::host {
+
+// RAPL under the powercap root, else the model, else none: 0, or the exit
+// status when a --powercap-root given cannot be read.
+int host_daemon::open_power() {
+  const bool given = !opt_.powercap_root.empty();
+  const std::string root = given ? opt_.powercap_root : kPowercapRoot;
+  auto rapl = power::powercap_reader::open(root);
+  if (!rapl && given) {
+    log_error("magnet host: --powercap-root: " + rapl.err().message);
+    return 1;
+  }
+  std::string no_rapl = "no RAPL package zone under " + root;
+  if (!rapl) no_rapl = "no RAPL (" + rapl.err().message + ")";
+  if (rapl && !rapl->zones().empty()) {
+    log_notice("magnet-host: [power] source rapl: " + power::describe(*rapl, root) +
+               (opt_.power_model ? "; --power-model " + opt_.power_model_path + " not used" : std::string()));
+    power_.emplace(std::move(*rapl));
+  } else if (opt_.power_model) {
+    log_notice("magnet-host: [power] source model " + opt_.power_model_path + ": " +
+               power::describe(*opt_.power_model) + " (" + no_rapl + ")");
+    power_.emplace(*opt_.power_model);
+  } else {
+    log_notice("magnet-host: [power] no power source: " + no_rapl +
+               " and no --power-model: no power figures");
+  }
+  return 0;
+}
+
+// One tick: the host's CPU times and each VM's vCPU run time so far.  The
+// VMs' vhost workers and QEMU I/O threads are not read yet (0: their CPU
+// time is the host's own work).
+void host_daemon::sample_power(uint64_t now, const std::map<uint32_t, vm_counters>& c) {
+  if (!power_) return;
+  std::map<uint32_t, power::vm_work> work;
+  for (const auto& [id, v] : c) {
+    auto& w = work[id];
+    for (const auto& [vcpu, ns] : v.vcpu_ns) w.vcpu_run_ns += ns[0];
+  }
+  auto cpu = power::read_proc_stat();
+  status s = cpu ? power_->sample(now, *cpu, work) : status(cpu.err());
+  if (!s) {
+    if (s.err().message != power_note_)
+      log_warning("magnet-host: [power] " + s.err().message + " (the energy since the last reading is counted at the next)");
+    power_note_ = s.err().message;
+  } else if (!power_note_.empty()) {
+    log_notice("magnet-host: [power] reading again");
+    power_note_.clear();
+  }
+}
+
+void host_daemon::power_figures(exposition_input& in) const {
+  if (!power_) return;
+  const auto& t = power_->totals();
+  in.power = host_power_figures{power_->source(), power_->host_watts(), t.host_j, t.idle_j, t.own_j, t.gone_j};
+  for (auto& vm : in.vms)
+    if (auto it = t.vms.find(vm.vm_id); it != t.vms.end())
+      vm.power = vm_power_figures{power_->vm_watts(vm.vm_id), it->second};
+}
+
+}  // namespace magnet::host
