@@ -3,8 +3,8 @@
 // tree (--powercap-root) whose counters this test advances while it runs,
 // one of them wrapping every two seconds: the host's watts are the rate
 // written, and the VMs', idle and own joules add up to the host's.  And the
-// daemon without a power source (none of it on /metrics), and with a tree
-// it cannot read (it stops, naming the file).
+// daemon without a power source (none of it on /metrics), with a model and
+// no RAPL, and with a tree it cannot read (it stops, naming the file).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -133,12 +133,15 @@ std::map<std::string, double> samples(const std::string& page, const std::string
 TEST(PowerMetrics, RaplTreeWattsAndEnergyAddUp) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
   rapl_tree tree;
-  daemon_run t({"--powercap-root", tree.root});
+  const std::string model = tmp("model.conf");
+  std::ofstream(model, std::ios::trunc) << "idle = 86\nfull = 117\n";
+  daemon_run t({"--powercap-root", tree.root, "--power-model", model});
   ASSERT_TRUE(t.up());
   EXPECT_NE(t.d->stderr_text().find("[power] source rapl: package-0 (intel-rapl:0), package-1 (intel-rapl:1) under " +
-                                    tree.root),
+                                    tree.root + "; --power-model " + model + " not used"),
             std::string::npos)
       << t.d->stderr_text();
+  ::unlink(model.c_str());
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the first wrap, the window full
   const auto t1 = std::chrono::steady_clock::now();
   const std::string p1 = t.metrics();
@@ -181,7 +184,7 @@ TEST(PowerMetrics, RaplTreeWattsAndEnergyAddUp) {
   EXPECT_EQ(t.d->stderr_text().find("[power] /"), std::string::npos) << "no reading failed: " << t.d->stderr_text();
 }
 
-TEST(PowerMetrics, NoSourceNoFiguresAndAnUnreadableTreeStopsTheDaemon) {
+TEST(PowerMetrics, NoSourceNoFiguresTheModelWithoutRaplAndAnUnreadableTreeStopsTheDaemon) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
   const std::string empty = tmp("empty-powercap");
   fs::create_directories(empty);
@@ -196,6 +199,35 @@ TEST(PowerMetrics, NoSourceNoFiguresAndAnUnreadableTreeStopsTheDaemon) {
     ASSERT_NE(page.find("magnet_vm_info"), std::string::npos) << page;
     EXPECT_EQ(page.find("power"), std::string::npos) << page;
     EXPECT_EQ(page.find("energy"), std::string::npos) << page;
+  }
+  {
+    // The model where there is no RAPL: its watts between idle and full,
+    // and its page adding up as RAPL's does.
+    const std::string model = tmp("model.conf");
+    std::ofstream(model, std::ios::trunc) << "idle = 86\nfull = 117\npoint = 50% 102\n";
+    daemon_run t({"--powercap-root", empty, "--power-model", model});
+    ASSERT_TRUE(t.up());
+    EXPECT_NE(t.d->stderr_text().find("[power] source model " + model +
+                                      ": 86 W idle, 117 W full, 1 point between (no RAPL package zone under " +
+                                      empty + ")"),
+              std::string::npos)
+        << t.d->stderr_text();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const std::string page = t.metrics();
+    const std::string src = "{source=\"model\"}";
+    ASSERT_EQ(samples(page, "magnet_host_power_watts").count(src), 1u) << page;
+    // (up to floating point: the window's joules over its seconds)
+    EXPECT_GE(samples(page, "magnet_host_power_watts")[src], 86 - 1e-9) << page;
+    EXPECT_LE(samples(page, "magnet_host_power_watts")[src], 117 + 1e-9) << page;
+    const double host = samples(page, "magnet_host_energy_joules_total")[src];
+    double sum = 0;
+    for (const auto& [labels, j] : samples(page, "magnet_vm_energy_joules_total")) sum += j;
+    for (const auto& [labels, j] : samples(page, "magnet_host_energy_part_joules_total")) sum += j;
+    EXPECT_GT(host, 86 * 0.5) << page;  // at least half a second at idle power
+    EXPECT_NEAR(sum, host, 0.01 * host) << page;
+    EXPECT_GE(samples(page, "magnet_host_energy_part_joules_total")["{source=\"model\",part=\"idle\"}"],
+              86 * 0.5) << page;
+    ::unlink(model.c_str());
   }
   put(empty + "/intel-rapl:0/name", "package-0\n");
   put(empty + "/intel-rapl:0/max_energy_range_uj", "1000\n");  // and no energy_uj
