@@ -4,9 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "magnet/config_file.h"
 
@@ -52,14 +50,13 @@ result<model_point> parse_point(std::string_view v) {
 
 }  // namespace
 
-result<power_model> parse_power_model(std::string_view text, const std::string& name) {
-  auto entries = parse_config(text, name);
-  if (!entries) return entries.err();
+// The model of a settings file's lines (@name: the file, for errors).
+static result<power_model> model_of(const std::vector<config_entry>& entries, const std::string& name) {
   std::optional<double> idle, full;
   int idle_line = 0, full_line = 0;
   power_model m;
   std::vector<int> lines;  // of each point
-  for (const auto& e : *entries) {
+  for (const auto& e : entries) {
     const std::string at = name + ":" + std::to_string(e.line) + ": ";
     if (e.key == "idle" || e.key == "full") {
       auto& slot = e.key == "idle" ? idle : full;
@@ -98,13 +95,16 @@ result<power_model> parse_power_model(std::string_view text, const std::string& 
   return m;
 }
 
+result<power_model> parse_power_model(std::string_view text, const std::string& name) {
+  auto entries = parse_config(text, name);
+  if (!entries) return entries.err();
+  return model_of(*entries, name);
+}
+
 result<power_model> load_power_model(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return error::from_errno(path);
-  std::stringstream text;
-  text << f.rdbuf();
-  if (f.bad()) return error::from_errno(path);
-  return parse_power_model(text.str(), path);
+  auto entries = load_config(path);
+  if (!entries) return entries.err();
+  return model_of(*entries, path);
 }
 
 std::string describe(const power_model& m) {
