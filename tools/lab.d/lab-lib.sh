@@ -601,7 +601,7 @@ lab_vcpu_wedged() {
 # or whose vCPU makes progress, is not: status 1, its state on standard output.
 LAB_GUEST_LOCKED="magnet-lab: a nested guest locked up:"
 lab_guest_lockup() {
-  local g="$1" out samples="" n=0 halted=0 same=0 first="" rip cpl
+  local g="$1" out samples="" n=0 why line
   if lab_run "$g" 5 true >/dev/null 2>&1; then
     echo "$g answers its control channel"; return 1
   fi
@@ -610,16 +610,9 @@ lab_guest_lockup() {
     [[ $line == RIP=* ]] || continue
     n=$((n + 1))
     samples+=" [${line%% II=*} ${line##* }]"
-    rip=${line%% *} cpl=$(sed -n 's/.* CPL=\([0-9]\) .*/\1/p' <<<"$line")
-    [[ $line == *" HLT=1"* ]] && halted=$((halted + 1))
-    [[ -z $first ]] && first=$rip
-    [[ $rip == "$first" && $cpl == 0 ]] && same=$((same + 1))
   done <<<"$out"
-  if (( n == 3 && halted == 3 )); then
-    echo "$LAB_GUEST_LOCKED $g does not answer its control channel and its vCPU stays halted (3 samples over 2 s):$samples" |
-      tee -a "$(lab_labhost_dir)/console.log"
-  elif (( n == 3 && same == 3 )); then
-    echo "$LAB_GUEST_LOCKED $g does not answer its control channel and its vCPU stays at one kernel instruction (3 samples over 2 s):$samples" |
+  if why="$(lab_vcpu_wedged "$out")"; then
+    echo "$LAB_GUEST_LOCKED $g does not answer its control channel and $why:$samples" |
       tee -a "$(lab_labhost_dir)/console.log"
   else
     echo "$g does not answer its control channel; its vCPU ($n samples):${samples:- none read}"
