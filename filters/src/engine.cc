@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <numeric>
@@ -397,6 +398,10 @@ struct instance {
   const view_def* def;
   uint32_t vm;  // 0 for a global view
   uint64_t matched = 0, sampled = 0, sample_ctr = 0;
+  // Behind the kernel's sampling, one counter per type of def->residual: a
+  // counter shared by types kept at different rates keeps the wrong share
+  // of one of them when they alternate.
+  std::array<uint64_t, MAGNET_NPROBES> residual_ctr{};
   uint64_t violations = 0;
   uint64_t last_ts = 0;
   bool have_last = false;
@@ -413,6 +418,7 @@ struct view_def {
   predicate pred;
   std::vector<predicate> corr_from, corr_to;
   std::vector<std::pair<uint16_t, uint32_t>> residual;  // kernel sampling already applied
+  uint32_t every = 1;  // the rate the view sees, the kernel's sampling included (apply_residual)
   std::unique_ptr<instance> global;
   // per-VM instances: dense by vm id for small ids, map beyond
   std::vector<std::unique_ptr<instance>> by_vm;
@@ -421,11 +427,6 @@ struct view_def {
 
   static constexpr uint32_t kDense = 4096;
 
-  uint32_t sample_for(uint16_t type) const {
-    for (const auto& [t, r] : residual)
-      if (t == type) return r;
-    return spec.sample_every;
-  }
   instance* lookup(uint32_t vm) const {
     if (vm < by_vm.size()) return by_vm[vm].get();
     if (vm < kDense) return nullptr;
@@ -490,8 +491,15 @@ void instance::consume(const uint8_t* rec, const magnet_hdr& h) {
     return;
   }
   ++matched;
-  uint32_t every = def->residual.empty() ? def->spec.sample_every : def->sample_for(h.type);
-  if (every > 1 && ++sample_ctr % every != 0) return;
+  uint32_t every = def->every;
+  uint64_t nth = 0;  // the record's place among those of its type (kernel-sampled types)
+  for (size_t i = 0; i < def->residual.size() && i < residual_ctr.size(); ++i)
+    if (def->residual[i].first == h.type) {
+      every = def->residual[i].second;
+      nth = ++residual_ctr[i];
+      break;
+    }
+  if (every > 1 && (nth ? nth : ++sample_ctr) % every != 0) return;
   ++sampled;
   for (auto& w : cwins) w.add(h.ts_ns, h.size);
   for (auto& w : twins) w.add(h.ts_ns, h.size);
@@ -517,7 +525,7 @@ void instance::snapshot(uint64_t now, view_snapshot& s) const {
   s.ts_ns = now;
   s.matched = matched;
   s.sampled = sampled;
-  s.sample_every = def->spec.sample_every;
+  s.sample_every = def->every;
   s.windows.clear();
   size_t ci = 0, ti = 0;
   for (uint8_t k : win_order) s.windows.push_back(k == 0 ? cwins[ci++].stats() : twins[ti++].stats(now));
@@ -562,15 +570,26 @@ struct engine::impl {
   std::map<uint16_t, uint32_t> kernel_sampling;
   uint64_t removed_violations = 0;
 
+  // The view's rate behind the kernel's: the least common multiple of its
+  // own sample_every and the kernel's rate of each type it may take, so
+  // that every record it keeps stands for as many events whatever its type
+  // (with the pushdown's rates, a gcd of the views', that is its own); the
+  // engine samples each type the remainder.  Beyond 32 bits, the largest
+  // of them, and the remainder rounded down.
   void apply_residual(view_def& v) {
     v.residual.clear();
-    for (const auto& [type, k] : kernel_sampling) {
-      if (k <= 1) continue;
-      // The kernel applied the gcd of the views' rates, so k divides
-      // sample_every; if the host installed something else, keep the closest.
-      uint32_t r = std::max<uint32_t>(1, v.spec.sample_every / k);
-      v.residual.emplace_back(type, r);
-    }
+    const auto takes = v.pred.push().events;  // none: any type
+    uint64_t every = std::max<uint32_t>(1, v.spec.sample_every), largest = every;
+    for (const auto& [type, k] : kernel_sampling)
+      if (k > 1 && (!takes || takes->count(type))) {
+        every = std::lcm(every, uint64_t{k});
+        largest = std::max<uint64_t>(largest, k);
+      }
+    if (every > UINT32_MAX) every = largest;
+    v.every = static_cast<uint32_t>(every);
+    for (const auto& [type, k] : kernel_sampling)
+      if (k > 1 && (!takes || takes->count(type)))
+        v.residual.emplace_back(type, std::max<uint32_t>(1, v.every / k));
   }
 
   void feed_one(const uint8_t* rec) {

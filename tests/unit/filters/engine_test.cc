@@ -329,6 +329,43 @@ TEST(Engine, SamplingAndKernelPushdownOfRates) {
   EXPECT_TRUE(f.pushdown().sample_every.empty());
 }
 
+// The host samples in the kernel whatever the views ask (magnet host
+// --sample): a view says the rate it sees, and samples the types the kernel
+// did not (or sampled less) down to it, so that every record it keeps stands
+// for as many events and its counts scale back by sample_every.
+TEST(Engine, KernelSamplingTheViewsDidNotAskForIsTheirsToSay) {
+  engine e;
+  e.set_kernel_sampling({{MAGNET_EV_NET_SOCK_SEND, 8}, {MAGNET_EV_NET_SOCK_RECV, 2}});
+  auto both = spec("both", "event == net.sock");
+  auto recv = spec("recv", "event == net.sock.recv");
+  recv.sample_every = 4;
+  auto odd = spec("odd", "event == net.sock.send");
+  odd.sample_every = 12;  // not a multiple of the kernel's 8: the least common one, 24
+  auto other = spec("other", "event == sched.switch");
+  for (const auto& v : {both, recv, odd, other}) ASSERT_TRUE(e.add_view(v).ok());
+  // What the kernel let through of 80 sends and 80 receives, alternating
+  // (the worst order for a counter shared by both types).
+  for (int i = 0; i < 50; ++i) {
+    if (i < 10) e.feed(sock_rec({.ts = uint64_t(2 * i), .type = MAGNET_EV_NET_SOCK_SEND}));
+    if (i < 40) e.feed(sock_rec({.ts = uint64_t(2 * i + 1), .type = MAGNET_EV_NET_SOCK_RECV}));
+  }
+  auto b = snap(e, "both");
+  EXPECT_EQ(b.sample_every, 8u);
+  EXPECT_EQ(b.matched, 50u);
+  EXPECT_EQ(b.sampled, 20u) << "all 10 sends, 1 in 4 of the 40 receives: 1 in 8 of each";
+  auto r = snap(e, "recv");
+  EXPECT_EQ(r.sample_every, 4u);
+  EXPECT_EQ(r.sampled, 20u) << "1 in 2 of what the kernel kept";
+  auto o = snap(e, "odd");
+  EXPECT_EQ(o.sample_every, 24u);
+  EXPECT_EQ(o.sampled, 3u);
+  EXPECT_EQ(snap(e, "other").sample_every, 1u) << "no type of it is sampled";
+  // Told again (none now): every view back to its own rate.
+  e.set_kernel_sampling({});
+  EXPECT_EQ(snap(e, "both").sample_every, 1u);
+  EXPECT_EQ(snap(e, "odd").sample_every, 12u);
+}
+
 // ----------------------------------------------------------- pushdown ---
 
 TEST(Engine, PushdownIsTheUnionOfViews) {
