@@ -411,5 +411,43 @@ TEST(OpenMetrics, RecordTotalsCountDropsAndBucketBlockLatencyAsTheKernel) {
   EXPECT_NE(t.find(2), nullptr);
 }
 
+// Behind `magnet host --sample`: a sampled record of a type kept 1 in N is N
+// drops, or N block requests in the latency histogram (its count, sum and
+// bucket; the largest is one request's); without the flag, or of a type not
+// sampled, one.
+TEST(OpenMetrics, RecordTotalsCountASampledRecordForTheEventsItStandsFor) {
+  record_totals t;
+  t.set_sample_weights(sample_weights({{MAGNET_EV_NET_DROP, 4}, {MAGNET_EV_BLK_COMPLETE, 8}}));
+  std::vector<uint8_t> b;
+  auto add = [&](std::vector<uint8_t> r, bool sampled) {
+    if (sampled) reinterpret_cast<magnet_hdr*>(r.data())->flags |= MAGNET_RF_SAMPLED;
+    b.insert(b.end(), r.begin(), r.end());
+  };
+  magnet_net_drop d{};
+  d.ifindex = 7;
+  add(record(1, MAGNET_EV_NET_DROP, &d, sizeof d), true);
+  add(record(1, MAGNET_EV_NET_DROP, &d, sizeof d), false);
+  d.ifindex = 9;
+  add(record(1, MAGNET_EV_NET_DROP, &d, sizeof d), true);
+  magnet_blk k{};
+  k.latency_ns = 1500;
+  add(record(2, MAGNET_EV_BLK_COMPLETE, &k, sizeof k), true);
+  k.latency_ns = 100;
+  add(record(2, MAGNET_EV_BLK_COMPLETE, &k, sizeof k), false);
+  link_info l;
+  l.ifindex = 9;
+  t.feed(b, {l});
+  ASSERT_NE(t.find(1), nullptr);
+  EXPECT_EQ(t.find(1)->drops_tap, 5u);
+  EXPECT_EQ(t.find(1)->drops_link, 4u);
+  ASSERT_NE(t.find(2), nullptr);
+  const lat_stat& s = t.find(2)->blk_latency;
+  EXPECT_EQ(s.count, 9u);
+  EXPECT_EQ(s.total_ns, 8u * 1500 + 100);
+  EXPECT_EQ(s.max_ns, 1500u);
+  EXPECT_EQ(s.hist[10], 8u);  // 1500
+  EXPECT_EQ(s.hist[6], 1u);   // 100
+}
+
 }  // namespace
 }  // namespace magnet::host

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "magnet/metrics/link_model.h"
+#include "magnet/metrics/sample_weights.h"
 #include "magnet/event.h"
 #include "magnet/metrics/vm_metrics.h"
 
@@ -246,6 +247,41 @@ TEST(VmMetrics, UseOfALinkCountsWhatItsQdiscDropped) {
   EXPECT_NEAR(m.value(2, MAGNET_STAT_LINK_USE), 7e6, 1);
   EXPECT_NEAR(m.value(1, MAGNET_STAT_LINK_AVAILABLE), 13e6, 1);
   EXPECT_NEAR(m.value(2, MAGNET_STAT_LINK_DROPS), 200, 1e-6);
+}
+
+// Behind `magnet host --sample` the kernel streams 1 in N of a probe's
+// records, flagged sampled: the same link as above, its packets and drops
+// kept 1 in 5, gives the same use and drops (each record stands for 5), and
+// the same queueing delay (a quantile: each record once).  A record of such a
+// type without the flag (streamed before the setting) stands for itself.
+TEST(VmMetrics, SampledRecordsCountForTheEventsTheyStandFor) {
+  vm_metrics m;
+  m.set_links({{"uplink", 0, 7, C, 0.02}});
+  m.set_sample_weights(sample_weights({{MAGNET_EV_VMNET_QUEUE_TX, 5}, {MAGNET_EV_NET_DROP, 5}}));
+  clock c;
+  std::map<uint32_t, vm_counters> v{{1, {}}, {2, {}}};
+  m.sample(c.tick(), v);
+  auto sampled = [](std::vector<uint8_t> r) {
+    reinterpret_cast<magnet_hdr*>(r.data())->flags |= MAGNET_RF_SAMPLED;
+    return r;
+  };
+  for (int t = 0; t < 10; ++t) {
+    std::vector<uint8_t> recs;
+    auto add = [&](const std::vector<uint8_t>& r) { recs.insert(recs.end(), r.begin(), r.end()); };
+    for (int i = 0; i < 10; ++i) add(sampled(queue_record(2, MAGNET_EV_VMNET_QUEUE_TX, 100'000 * (1 + i % 2), 1236, 7, false)));
+    for (int i = 0; i < 4; ++i) add(sampled(drop_record(2, 7, 1250)));
+    add(sampled(drop_record(2, 3)));  // on its tap: 5 a tick
+    for (int i = 0; i < 10; ++i) add(queue_record(1, MAGNET_EV_VMNET_QUEUE_TX, 100'000, 1236, 7, false));
+    m.feed(recs);
+    m.sample(c.tick(), v);
+  }
+  EXPECT_NEAR(m.value(2, MAGNET_STAT_LINK_USE), 7e6, 1);
+  EXPECT_NEAR(m.value(2, MAGNET_STAT_LINK_DROPS), 200, 1e-6);
+  EXPECT_NEAR(m.value(2, MAGNET_STAT_DROPS_QDISC), 200, 1e-6);
+  EXPECT_NEAR(m.value(2, MAGNET_STAT_DROPS_TAP), 50, 1e-6);
+  EXPECT_NEAR(m.value(2, MAGNET_STAT_LINK_QUEUE_P50), 100, 3) << "half at 100 us, half at 200";
+  EXPECT_NEAR(m.value(2, MAGNET_STAT_LINK_QUEUE_P99), 200, 5);
+  EXPECT_NEAR(m.value(1, MAGNET_STAT_LINK_USE), 1e6, 1) << "unflagged: once each";
 }
 
 }  // namespace

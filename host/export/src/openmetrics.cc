@@ -82,22 +82,23 @@ void record_totals::feed(std::span<const uint8_t> recs, const std::vector<link_i
   for_each_vm_record(recs, [&](const magnet_hdr& h, const uint8_t* r) {
     const uint8_t* p = r + sizeof(magnet_hdr);
     const size_t plen = h.len - sizeof(magnet_hdr);
+    const uint64_t w = weights_(h);  // the events the record stands for (sampled: N)
     if (h.type == MAGNET_EV_NET_DROP && plen >= sizeof(magnet_net_drop)) {
       const auto& d = *reinterpret_cast<const magnet_net_drop*>(p);
       bool at_link = std::any_of(links.begin(), links.end(),
                                  [&](const link_info& l) { return l.ifindex && l.ifindex == d.ifindex; });
       auto& t = vms_[h.vm_id];
-      (at_link ? t.drops_link : t.drops_tap)++;
+      (at_link ? t.drops_link : t.drops_tap) += w;
     } else if (h.type == MAGNET_EV_BLK_COMPLETE && plen >= sizeof(magnet_blk)) {
       const auto& b = *reinterpret_cast<const magnet_blk*>(p);
       if (!b.latency_ns) return;
       auto& s = vms_[h.vm_id].blk_latency;
-      s.count++;
-      s.total_ns += b.latency_ns;
+      s.count += w;
+      s.total_ns += b.latency_ns * w;
       s.max_ns = std::max<uint64_t>(s.max_ns, b.latency_ns);
       // The kernel's bucket (mg_log2 in capture.bpf.c): floor(log2(ns)), 0 for 0 and 1.
       size_t i = b.latency_ns > 1 ? static_cast<size_t>(63 - __builtin_clzll(static_cast<uint64_t>(b.latency_ns))) : 0;
-      s.hist[std::min(i, s.hist.size() - 1)]++;
+      s.hist[std::min(i, s.hist.size() - 1)] += w;
     }
   });
 }

@@ -60,6 +60,7 @@ void vm_metrics::feed(std::span<const uint8_t> recs) {
     auto it = vms_.find(h.vm_id);
     if (it == vms_.end()) return;  // a VM the daemon does not know (yet)
     slot& s = it->second.open;
+    const uint64_t w = weights_(h);  // the events the record stands for (sampled: N)
     const uint8_t* p = r + sizeof(magnet_hdr);
     const size_t plen = h.len - sizeof(magnet_hdr);
     if ((h.type == MAGNET_EV_VMNET_QUEUE_TX || h.type == MAGNET_EV_VMNET_QUEUE_RX) &&
@@ -73,7 +74,7 @@ void vm_metrics::feed(std::span<const uint8_t> recs) {
           auto& ls = s.links[static_cast<size_t>(l)];
           // hdr.size is the packet as the tap received it (from the IP
           // header on); the link's shaper counts its Ethernet header too.
-          uint64_t bytes = h.size > 0 ? static_cast<uint64_t>(h.size) + kEthHeader : 0;
+          uint64_t bytes = h.size > 0 ? (static_cast<uint64_t>(h.size) + kEthHeader) * w : 0;
           (h.flags & MAGNET_RF_TCP ? ls.elastic_bytes : ls.inelastic_bytes) += bytes;
           ls.delay.add(static_cast<double>(q.delay_ns));
         }
@@ -85,12 +86,12 @@ void vm_metrics::feed(std::span<const uint8_t> recs) {
         // Dropped at the link (its qdisc, skb->len from the Ethernet header
         // on): offered to it all the same, so part of the VM's use there.
         auto& ls = s.links[static_cast<size_t>(l)];
-        s.drops[1]++;
-        ls.drops++;
-        uint64_t bytes = h.size > 0 ? static_cast<uint64_t>(h.size) : 0;
+        s.drops[1] += w;
+        ls.drops += w;
+        uint64_t bytes = h.size > 0 ? static_cast<uint64_t>(h.size) * w : 0;
         (h.flags & MAGNET_RF_TCP ? ls.elastic_bytes : ls.inelastic_bytes) += bytes;
       } else {
-        s.drops[0]++;
+        s.drops[0] += w;
       }
     } else if (h.type == MAGNET_EV_BLK_COMPLETE && plen >= sizeof(magnet_blk)) {
       const auto& b = *reinterpret_cast<const magnet_blk*>(p);

@@ -43,12 +43,16 @@ class record_totals {
   // Records back to back, as the consumer delivers them; @links are the
   // shared links (a drop on one of their devices is a link drop).
   void feed(std::span<const uint8_t> records, const std::vector<link_info>& links);
+  // The kernel's sampling of the stream (magnet host --sample): what a
+  // sampled record counts for in the drops and the block latency histogram.
+  void set_sample_weights(sample_weights w) { weights_ = std::move(w); }
   // Forgets every VM not in @vms (sorted ascending).
   void retain(std::span<const uint32_t> vms);
   const vm_record_totals* find(uint32_t vm) const;
 
  private:
   std::map<uint32_t, vm_record_totals> vms_;
+  sample_weights weights_;
 };
 
 // A VM's share of the host's power (host/power, docs/placement.md).

@@ -23,6 +23,7 @@
 
 #include "magnet/capture/latency.h"
 #include "magnet/metrics/link_model.h"
+#include "magnet/metrics/sample_weights.h"
 #include "magnet/filters/sketch.h"
 #include "magnet/view_codec.h"
 
@@ -58,6 +59,9 @@ class vm_metrics {
   void set_links(std::vector<link_info> links) { links_ = std::move(links); }
   const std::vector<link_info>& links() const { return links_; }
   void set_allowance(uint32_t vm, double tx_bps, double rx_bps);
+  // The kernel's sampling of the stream (magnet host --sample): what a
+  // sampled record counts for in drops and link use.
+  void set_sample_weights(sample_weights w) { weights_ = std::move(w); }
 
   // Streamed records (back to back); only records of a VM are used.
   void feed(std::span<const uint8_t> records);
@@ -106,6 +110,7 @@ class vm_metrics {
   std::vector<link_info> links_;
   std::map<uint32_t, vm_state> vms_;
   std::map<uint32_t, std::pair<double, double>> allowance_;
+  sample_weights weights_;
   uint64_t now_ = 0;
 };
 
