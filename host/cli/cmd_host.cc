@@ -51,6 +51,13 @@ static const char* kHostHelp =
     "      --vm-quota N       at most N events/s of one VM per CPU onto the\n"
     "                         stream, in bursts of 0.1 s worth (default 200000;\n"
     "                         0: none); the rest is that VM's lost events\n"
+    "      --sample PROBE=N[,PROBE=N...]\n"
+    "                         stream 1 in N of a probe's records, per CPU (e.g.\n"
+    "                         vmnet.queue=16,net.dev=8; not sched or kvm.*):\n"
+    "                         less work per packet; the in-kernel counts stay\n"
+    "                         exact, counted figures count a sampled record N\n"
+    "                         times, views and quantiles see 1 in N\n"
+    "                         (docs/operations.md, \"Cost and sizing\")\n"
     "  -d, --duration T       stop after T\n"
     "      --no-seccomp       no syscall filter after setup (for debugging: by\n"
     "                         default the daemon may make only the calls its work\n"
@@ -184,6 +191,7 @@ void parse_settings(cli::args& a, daemon_options& o, bool replace) {
     if (q > 1000000000) throw cli::usage_error("--vm-quota: " + *v + " is above 10^9 events/s");
     o.vm_quota = static_cast<double>(q);
   }
+  if (auto v = a.value("--sample")) o.sample = cli::need(parse_sample_list(*v), "--sample");
   if (auto v = a.value("--duration", "-d")) o.duration_ns = cli::need(cli::parse_duration_ns(*v), "--duration");
 }
 
@@ -195,7 +203,8 @@ struct setting {
 };
 const setting kSettings[] = {
     {"uri"},          {"views"},        {"socket"},      {"socket-group"},   {"probes"},
-    {"buffer"},       {"vm-quota"},     {"duration"},    {"no-seccomp", true}, {"no-deliver", true},
+    {"buffer"},       {"vm-quota"},     {"sample"},      {"duration"},
+    {"no-seccomp", true}, {"no-deliver", true},
     {"vsock"},        {"vsock-port"},   {"vsock-any-port", true}, {"no-serial", true},
     {"link", false, true}, {"http"},    {"http-tokens"}, {"http-host", false, true},
     {"http-stream-interval"}, {"metrics-detail"}, {"powercap-root"}, {"power-model"},
@@ -269,6 +278,9 @@ int cmd_host(cli::args& a) {
   auto check = a.value("--check-views");
   a.finish(0, 0);
   (void)cli::need(select_events(o.probes), "--probes");
+  // After both sources: the file may sample what the command line's
+  // --probes leaves out.
+  (void)cli::need(sampled_types(o.sample, o.probes), "--sample");
   if (check) {
     auto specs = filters::load_views(*check);
     if (!specs) {

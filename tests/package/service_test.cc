@@ -210,6 +210,7 @@ TEST(ConfigFile, UnknownKeysAndBadValuesExitTwoNamingTheFileTheLineAndTheKey) {
       {"http = 127.0.0.1:80\nhttp-tokens = " + tokens + "\n", ":2: http-tokens = " + tokens + ": "},
       {"link = eth0=fast\n", ":1: link = eth0=fast: --link: "},
       {"vm-quota = -1\n", ":1: vm-quota = -1: "},
+      {"sample = vmnet.queue=1ms\n", ":1: sample = vmnet.queue=1ms: --sample: 'vmnet.queue=1ms': the daemon samples by count only"},
       {"power-model = " + kDir + "/none.model\n",
        ":1: power-model = " + kDir + "/none.model: --power-model: " + kDir + "/none.model: No such file"},
       {"just words\n", ":1: 'just words' is not 'key = value'"},

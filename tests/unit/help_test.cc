@@ -72,7 +72,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOpti
     {"kvm", {"-i, --interval", "-c, --count", "-d, --duration", "--per-vcpu", "--vm", "--uri", "--json"}},
     {"host",
      {"--config", "--uri", "--views", "--socket", "--socket-group", "-p, --probes", "-b, --buffer",
-      "--vm-quota", "-d, --duration", "--no-seccomp", "--no-deliver", "--vsock", "--vsock-port",
+      "--vm-quota", "--sample", "-d, --duration", "--no-seccomp", "--no-deliver", "--vsock", "--vsock-port",
       "--vsock-any-port", "--no-serial", "--link", "--http", "--http-tokens", "--http-host",
       "--http-stream-interval", "--metrics-detail", "--list-metrics", "--json", "--powercap-root",
       "--power-model", "--check-views", "--print-default-views"}},

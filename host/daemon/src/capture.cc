@@ -72,6 +72,8 @@ status host_daemon::load_views() {
                               : filters::load_views(opt_.views_path);
   if (!specs) return specs.err();
   filters::engine fresh;
+  // Before the views: each takes the rate of what the kernel streams it.
+  fresh.set_kernel_sampling(sampling_);
   if (auto s = filters::add_views(fresh, *specs); !s) return s;
   for (const auto& [id, vm] : vms_) fresh.add_vm(id);
   eng_ = std::move(fresh);
@@ -99,10 +101,15 @@ status host_daemon::setup_capture() {
     // vCPU accounting (sched), the per-VM metrics and the guests' events.
     uint32_t mode = MAGNET_MODE_AGGREGATE | MAGNET_MODE_VM_ONLY | MAGNET_MODE_STREAM;
     // KVM figures come from in-kernel statistics: exits are too many to stream.
-    if (event_name(t).rfind("kvm.", 0) == 0) mode &= ~MAGNET_MODE_STREAM;
+    if (!streamed_by_daemon(t)) mode &= ~MAGNET_MODE_STREAM;
+    // --sample: set before the probe streams its first record.
+    if (auto it = sampling_.find(t); it != sampling_.end()) cap_->set_sampling(t, it->second, 0);
     if (auto s = cap_->set_mode(t, mode); !s) return s;
     probes_.insert(t);
   }
+  log_sampling();
+  metrics_.set_sample_weights(sample_weights(sampling_));
+  totals_.set_sample_weights(sample_weights(sampling_));
   auto k = ring_consumer::create(cap_->ringbuf_fd(), *cap_, [this](std::span<const uint8_t> b) {
     eng_.feed(b);
     vcpus_.feed(b);
@@ -113,6 +120,18 @@ status host_daemon::setup_capture() {
   if (!k) return k.err();
   cons_ = std::move(*k);
   return {};
+}
+
+// --sample: one line per rate, naming the probes' events it applies to.
+void host_daemon::log_sampling() const {
+  std::map<uint32_t, std::string> by_rate;
+  for (const auto& [t, n] : sampling_)
+    if (probes_.count(t)) by_rate[n] += (by_rate[n].empty() ? "" : ", ") + event_name(t);
+  for (const auto& [n, names] : by_rate)
+    log_notice("magnet-host: [sample] " + names + ": 1 in " + std::to_string(n) +
+               " of the streamed records (per CPU), each counted for " + std::to_string(n) +
+               " in drops, link use and block latency; the views and quantiles see 1 in " +
+               std::to_string(n) + "; the in-kernel counts stay exact");
 }
 
 void host_daemon::arm_ring() {

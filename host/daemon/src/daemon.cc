@@ -108,6 +108,13 @@ void host_daemon::drain() {
 }
 
 int host_daemon::run() {
+  // Before the views, which take the kernel's rates (cmd_host checked it).
+  auto sampling = sampled_types(opt_.sample, opt_.probes);
+  if (!sampling) {
+    log_error("magnet host: --sample: " + sampling.err().message);
+    return 2;
+  }
+  sampling_ = std::move(*sampling);
   if (auto s = load_views(); !s) {
     log_error("magnet host: views: " + s.err().message);
     return 2;
@@ -150,7 +157,8 @@ int host_daemon::run() {
   reg_.start();
   arm_ring();
   tick();
-  log_notice("magnet-host: [started] probes " + cap_->attach_summary() + "; libvirt " + opt_.uri +
+  log_notice("magnet-host: [started] probes " + cap_->attach_summary() +
+             (opt_.sample.empty() ? "" : "; sampled " + sample_list_text(opt_.sample)) + "; libvirt " + opt_.uri +
                  "; socket " + opt_.socket_path +
                  (opt_.deliver ? std::string("; delivery ") +
                                      (hub_.listening_vsock()

@@ -80,6 +80,7 @@ class host_daemon : public vm_tagger {
   // capture.cc
   status load_views();
   status setup_capture();
+  void log_sampling() const;
   void arm_ring();
   void vms_changed();
   // tick.cc
@@ -136,6 +137,7 @@ class host_daemon : public vm_tagger {
   uint64_t start_ns_ = 0;
   int ticks_ = 0;
   std::set<uint16_t> probes_;
+  std::map<uint16_t, uint32_t> sampling_;  // --sample: event type -> 1 in N (sampled_types)
   std::vector<std::string> link_notes_;  // per --link, the last one logged
   std::optional<power::power_meter> power_;  // none: the host has no power source
   std::string power_note_;                   // the last reading error logged, "" when reading

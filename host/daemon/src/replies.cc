@@ -8,6 +8,7 @@
 #include "magnet/admin/request.h"
 #include "magnet/admin/vm_key.h"
 #include "magnet/capture/latency.h"
+#include "magnet/events.h"
 #include "magnet/trace_file.h"
 
 namespace magnet::host {
@@ -164,7 +165,11 @@ ojson host_daemon::top_json() const {
                         {"lost_ring", losses_.count(id) ? losses_.at(id).second : 0},
                         {"per_vcpu", per}});
   }
-  return ojson{{"lost", cons_->lost()}, {"libvirt", reg_.connected()}, {"vms", vms}};
+  // --sample: the events whose streamed records the kernel keeps 1 in N.
+  ojson sampled = ojson::object();
+  for (const auto& [t, n] : sampling_)
+    if (probes_.count(t)) sampled[event_name(t)] = n;
+  return ojson{{"lost", cons_->lost()}, {"libvirt", reg_.connected()}, {"sample_every", sampled}, {"vms", vms}};
 }
 
 // What is delivered to the VM, by name (no per-connection values).

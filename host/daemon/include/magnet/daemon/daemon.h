@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "magnet/daemon/sampling.h"
 #include "magnet/deliver/deliver.h"
 #include "magnet/export/openmetrics.h"
 #include "magnet/http/dashboard.h"
@@ -38,6 +39,9 @@ struct daemon_options {
   size_t ring_bytes = 16u << 20;
   // Per-VM stream quota: events/s per VM and CPU, bursts of 0.1 s (0: none).
   double vm_quota = 200000;
+  // --sample: probes whose streamed records the kernel keeps 1 in N
+  // (sampling.h); checked against probes by sampled_types().
+  std::vector<sample_spec> sample;
   uint64_t duration_ns = 0;  // 0 = until SIGTERM/SIGINT
   bool deliver = true;       // views into the VMs (vsock, virtio-serial)
   deliver_options delivery;
