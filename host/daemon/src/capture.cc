@@ -129,9 +129,9 @@ void host_daemon::log_sampling() const {
     if (probes_.count(t)) by_rate[n] += (by_rate[n].empty() ? "" : ", ") + event_name(t);
   for (const auto& [n, names] : by_rate)
     log_notice("magnet-host: [sample] " + names + ": 1 in " + std::to_string(n) +
-               " of the streamed records (per CPU), each counted for " + std::to_string(n) +
-               " in drops, link use and block latency; the views and quantiles see 1 in " +
-               std::to_string(n) + "; the in-kernel counts stay exact");
+               " of the streamed records (per CPU); counted figures count each " +
+               std::to_string(n) + " times, the views and quantiles see 1 in " + std::to_string(n) +
+               "; the in-kernel counts stay exact");
 }
 
 void host_daemon::arm_ring() {
