@@ -33,6 +33,8 @@
 #     light         default without sched and without vmnet.queue
 #     sampled       default probes; the built-in views with sample_every: 10
 #                   on guest-tx, guest-rx and host-queue
+#     ksampled      default probes and views, --sample net.dev=16,vmnet.queue=16:
+#                   the kernel streams 1 in 16 of their records
 #     quota         default, --vm-quota 1000 (at most 1000 events/s of a VM
 #                   per CPU onto the stream)
 #   --json          the results as one JSON object on stdout instead of the table
@@ -50,9 +52,10 @@ set -euo pipefail
 SELF=bench/daemon/cost.sh
 top=$(cd "$(dirname "$0")/../.." && pwd)
 here=$top/bench/daemon
-ALL_CONFIGS=off,default,deliver,no-sched,light,sampled,quota
+ALL_CONFIGS=off,default,deliver,no-sched,light,sampled,ksampled,quota
 DEFAULT_PROBES=net.dev,net.drop,vmnet.queue,sched,kvm.exit,kvm.entry,kvm.wakeup,blk
 SAMPLE_EVERY=10
+KSAMPLE=net.dev=16,vmnet.queue=16
 QUOTA=1000
 WIRE_ADDR=10.77.0.249
 WIRE_MAC=02:77:00:00:00:f9
@@ -223,6 +226,7 @@ daemon_args() {
     no-sched) echo "-p $no_sched --no-deliver" ;;
     light) echo "-p ${no_sched/,vmnet.queue/} --no-deliver" ;;
     sampled) echo "--views $work/sampled-views.yaml --no-deliver" ;;
+    ksampled) echo "--sample $KSAMPLE --no-deliver" ;;
     quota) echo "--vm-quota $QUOTA --no-deliver" ;;
   esac
 }
@@ -235,6 +239,7 @@ what_of() {
     no-sched) echo "probes ${DEFAULT_PROBES/,sched/}, built-in views, no delivery" ;;
     light) echo "probes $(sed 's/,sched//; s/,vmnet.queue//' <<<"$DEFAULT_PROBES"), built-in views, no delivery" ;;
     sampled) echo "default probes; views guest-tx, guest-rx, host-queue with sample_every: $SAMPLE_EVERY; no delivery" ;;
+    ksampled) echo "default probes and views, the kernel streaming 1 in 16 of net.dev's and vmnet.queue's records (--sample $KSAMPLE), no delivery" ;;
     quota) echo "default probes and views, --vm-quota $QUOTA (events/s of a VM per CPU onto the stream), no delivery" ;;
   esac
 }
