@@ -361,6 +361,7 @@ lab_render_domain() { # NAME INDEX -> XML on stdout
   fi
   cmdline="$(cat "$(dirname "$initrd")/cmdline-base" 2>/dev/null || echo 'console=ttyS0 panic=-1 quiet')"
   cmdline+=" magnet.name=$name magnet.role=guest magnet.ip=$LAB_NET_PREFIX.$((10 + idx))/24 magnet.gw=$LAB_NET_PREFIX.1 magnet.cid=$cid"
+  [[ -n ${MAGNET_LAB_GUEST_APPEND:-} ]] && cmdline+=" $MAGNET_LAB_GUEST_APPEND"
   xml="$(cat "$LAB_REPO/vm-images/xml/guest.xml.in")"
   xml="${xml//@DOMTYPE@/$domtype}"; xml="${xml//@NAME@/$name}"; xml="${xml//@MEM_MB@/${MAGNET_LAB_GUEST_MEM_MB:-256}}"
   xml="${xml//@KERNEL@/$kernel}"; xml="${xml//@INITRD@/$initrd}"; xml="${xml//@CMDLINE@/$cmdline}"
@@ -721,7 +722,7 @@ lab_labhost_lab() {
   for a in "$@"; do args+=" $(printf '%q' "$a")"; done
   local envs=""
   local v
-  for v in MAGNET_LAB_GUESTS MAGNET_LAB_GUEST_CPU MAGNET_LAB_GUEST_NETDRIVER MAGNET_LAB_READY_TIMEOUT MAGNET_LAB_CID_BASE MAGNET_LAB_GUEST_KERNEL MAGNET_LAB_GUEST_INITRD MAGNET_LAB_GUEST_DIR MAGNET_LAB_GUEST_MEM_MB; do
+  for v in MAGNET_LAB_GUESTS MAGNET_LAB_GUEST_CPU MAGNET_LAB_GUEST_NETDRIVER MAGNET_LAB_READY_TIMEOUT MAGNET_LAB_CID_BASE MAGNET_LAB_GUEST_KERNEL MAGNET_LAB_GUEST_INITRD MAGNET_LAB_GUEST_DIR MAGNET_LAB_GUEST_MEM_MB MAGNET_LAB_GUEST_APPEND; do
     [[ -n "${!v:-}" ]] && envs+="$v=$(printf '%q' "${!v}") "
   done
   lab_labhost_exec "$to" "${envs}MAGNET_BUILD_DIR=/mnt/magnetbuild bash -c 'source /mnt/magnetsrc/tools/lab.d/lab-lib.sh; lab_main \"\$@\"' lab$args"
