@@ -1,7 +1,7 @@
 // What a guest may see of the host's event records: the one table, per event
 // type of proto/'s MAGNET_EVENTS catalogue, of whether a guest may subscribe
 // to it and which bytes of a record reach it (docs/guest.md, "What a guest
-// may see").
+// may see"); and of its stats, per stat id, which a guest may receive.
 //
 // The table lists what is KEPT.  A guest's copy of a record is built in a
 // zeroed buffer into which only the kept spans are copied, so a field that
@@ -88,6 +88,24 @@ bool guest_safe_type(uint16_t type);
 // guest-safe: "event type proc.fork is not guest-safe" / "proc.fork,
 // net.l4.send are not guest-safe" (unknown ids as 0x1234).
 std::string not_guest_safe(std::span<const uint16_t> types);
+
+// ------------------------------------------------------------ its stats ---
+
+// What a guest may see of the host's stats (proto/magnet/view.h's ids below
+// 0x0800; the agent computes the others in the guest): one row per stat id,
+// with why the value is the VM's own, or why a guest may not have it.  The
+// view server sends a guest peer only the stats whose row says it may, so a
+// stat without a row never reaches a guest; and a host stat added to
+// MAGNET_VIEW_STATS without a row does not build (docs/guest.md, "What a
+// guest may see").
+struct guest_stat_row {
+  uint16_t id = 0;
+  const char* safe = nullptr;     // why a guest may see it; nullptr: refused
+  const char* refused = nullptr;  // why it may not
+};
+
+std::span<const guest_stat_row> guest_stat_schema();
+bool guest_safe_stat(uint16_t id);
 
 // ------------------------------------------------------- the guest path ---
 

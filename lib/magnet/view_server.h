@@ -215,7 +215,10 @@ class server_session : public std::enable_shared_from_this<server_session> {
   bool marker_changed() const;
   std::chrono::milliseconds slack() const;
   bool changed() const;
-  bool wanted(uint16_t id) const { return ids_.empty() || ids_.count(id); }
+  // Subscribed to, and for a guest peer a stat the guest schema lets it see.
+  bool wanted(uint16_t id) const {
+    return (ids_.empty() || ids_.count(id)) && (!p_.guest_peer || guest_safe_stat(id));
+  }
   void push_due();
   void disarm();
   void arm(steady::time_point at);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "magnet/events.h"
+#include "magnet/view.h"
 
 namespace magnet::view {
 
@@ -257,6 +258,128 @@ static_assert(spans_fit(kHeader, sizeof(magnet_hdr)));
 MAGNET_EVENTS(MAGNET_X_ROW)
 #undef MAGNET_X_ROW
 
+// ------------------------------------------------------------ its stats ---
+
+// Why each host stat is the VM's own.  What several say of the other VMs is
+// an aggregate (how busy the host's CPUs, link or queues are), never one
+// VM's: what a guest would find out anyway by running, sending and timing.
+constexpr const char* kOwnPackets = "its own packets at its own taps";
+constexpr const char* kOwnDrops =
+    "its own packets, counted by where they were dropped (no device, no kernel address)";
+constexpr const char* kOwnQueueing =
+    "its own packets' time on the host path: others' traffic shows only as the delay its own "
+    "packets met, which its round trips already show";
+constexpr const char* kLink =
+    "the shared link's capacity and its own use and share of it: the other VMs' traffic as one "
+    "aggregate, never one VM's, what its own TCP flows find out by probing (docs/guest.md)";
+constexpr const char* kOwnVcpus =
+    "its own vCPU threads' time; wait is the host's side of the steal time its kernel reports";
+constexpr const char* kOwnExits = "its own vCPUs' exits, which its own kernel caused";
+constexpr const char* kOwnBlk = "its own block requests, without the host's device or sector";
+// The host's total power is not a stat a guest may have: with its own power
+// known, it would be the other VMs' load.  Its own share says less, but not
+// nothing (docs/placement.md, "Into each guest"): with RAPL, a share is the
+// host's power per CPU second times its own CPU time, so its power over its
+// vcpu.run_sum is the host's power per CPU, an aggregate of every tenant's
+// load as vcpu.wait is; with a curved model, that ratio follows the host's
+// utilisation; with a straight one, it is a constant.
+constexpr const char* kOwnPower =
+    "its own share of the host's power, by its own CPU time: it tells the host's power per CPU "
+    "(RAPL) or utilisation (a curved model), an aggregate of all the host's load as vcpu.wait "
+    "is, never one VM's; the host's total is not sent";
+
+constexpr guest_stat_row safe(uint16_t id, const char* why) { return {id, why, nullptr}; }
+
+// One row per host stat of MAGNET_VIEW_STATS (checked below).
+constexpr guest_stat_row kStatRows[] = {
+    safe(MAGNET_STAT_TAP_TX_BPS, kOwnPackets),
+    safe(MAGNET_STAT_TAP_RX_BPS, kOwnPackets),
+    safe(MAGNET_STAT_TAP_TX_PPS, kOwnPackets),
+    safe(MAGNET_STAT_TAP_RX_PPS, kOwnPackets),
+    safe(MAGNET_STAT_DROPS_TAP, kOwnDrops),
+    safe(MAGNET_STAT_DROPS_QDISC, kOwnDrops),
+    safe(MAGNET_STAT_DROPS_HOST, kOwnDrops),
+    safe(MAGNET_STAT_QUEUE_TX_MEAN, kOwnQueueing),
+    safe(MAGNET_STAT_QUEUE_TX_P50, kOwnQueueing),
+    safe(MAGNET_STAT_QUEUE_TX_P99, kOwnQueueing),
+    safe(MAGNET_STAT_QUEUE_TX_PPS, kOwnQueueing),
+    safe(MAGNET_STAT_QUEUE_RX_MEAN, kOwnQueueing),
+    safe(MAGNET_STAT_QUEUE_RX_P50, kOwnQueueing),
+    safe(MAGNET_STAT_QUEUE_RX_P99, kOwnQueueing),
+    safe(MAGNET_STAT_QUEUE_RX_PPS, kOwnQueueing),
+    safe(MAGNET_STAT_LINK_CAPACITY, kLink),
+    safe(MAGNET_STAT_LINK_USE, kLink),
+    safe(MAGNET_STAT_LINK_AVAILABLE, kLink),
+    safe(MAGNET_STAT_LINK_AVAILABLE_ERR, kLink),
+    safe(MAGNET_STAT_LINK_QUEUE_P50, kLink),
+    safe(MAGNET_STAT_LINK_QUEUE_P99, kLink),
+    safe(MAGNET_STAT_LINK_DROPS, kLink),
+    safe(MAGNET_STAT_ALLOWANCE_TX, "its own shaping limit"),
+    safe(MAGNET_STAT_ALLOWANCE_RX, "its own shaping limit"),
+    safe(MAGNET_STAT_VCPU_COUNT, "its own vCPUs, as its kernel counts them"),
+    safe(MAGNET_STAT_VCPU_RUN, kOwnVcpus),
+    safe(MAGNET_STAT_VCPU_WAIT, kOwnVcpus),
+    safe(MAGNET_STAT_VCPU_HALT, kOwnVcpus),
+    safe(MAGNET_STAT_VCPU_RUN_SUM, kOwnVcpus),
+    safe(MAGNET_STAT_VCPU_WAIT_SUM, kOwnVcpus),
+    safe(MAGNET_STAT_VCPU_HALT_SUM, kOwnVcpus),
+    safe(MAGNET_STAT_KVM_EXITS, kOwnExits),
+    safe(MAGNET_STAT_KVM_EXIT_TIME, kOwnExits),
+    safe(MAGNET_STAT_KVM_REASON_EXITS, kOwnExits),
+    safe(MAGNET_STAT_KVM_REASON_TIME, kOwnExits),
+    safe(MAGNET_STAT_KVM_REASON_MEAN, kOwnExits),
+    safe(MAGNET_STAT_BLK_BPS, kOwnBlk),
+    safe(MAGNET_STAT_BLK_IOPS, kOwnBlk),
+    safe(MAGNET_STAT_BLK_LAT_MEAN, kOwnBlk),
+    safe(MAGNET_STAT_BLK_LAT_P99, kOwnBlk),
+    safe(MAGNET_STAT_LOST_EVENTS, "its own records lost in the host kernel"),
+    safe(MAGNET_STAT_LOST_DELIVERY, "its own connection's records dropped"),
+    safe(MAGNET_STAT_HOST_MARKER, "a value an operator set for it"),
+    safe(MAGNET_STAT_POWER_WATTS, kOwnPower),
+    safe(MAGNET_STAT_ENERGY_JOULES, kOwnPower),
+    safe(MAGNET_STAT_POWER_SOURCE,
+         "whether the host's power is measured (RAPL) or modelled: a fact of the host's hardware, "
+         "the same for every VM on it"),
+    safe(MAGNET_STAT_POWER_MODEL_ERR,
+         "power.watts times the model's stated error, a constant of the host's configuration: no "
+         "more than power.watts"),
+};
+
+constexpr bool host_stat(uint16_t id) { return id < 0x0800; }
+
+constexpr const guest_stat_row* find_stat_row(uint16_t id) {
+  const guest_stat_row* found = nullptr;
+  for (const auto& r : kStatRows)
+    if (r.id == id) {
+      if (found) return nullptr;  // two rows for one id: as bad as none
+      found = &r;
+    }
+  return found;
+}
+
+constexpr bool stat_in_catalogue(uint16_t id) {
+#define MAGNET_X_IS(sym, id_, name, unit, desc) id == (id_) ||
+  return MAGNET_VIEW_STATS(MAGNET_X_IS) false;
+#undef MAGNET_X_IS
+}
+
+// Rows of host stats of the catalogue only, each with one reason.
+constexpr bool stat_rows_sane() {
+  for (const auto& r : kStatRows)
+    if (!stat_in_catalogue(r.id) || !host_stat(r.id) || !r.safe == !r.refused) return false;
+  return true;
+}
+static_assert(stat_rows_sane(), "a guest stat row names no host stat of MAGNET_VIEW_STATS, or "
+                                "gives no reason or two");
+
+// A host stat added to MAGNET_VIEW_STATS without a row here does not build:
+// decide whether a guest may see it first (docs/guest.md).
+#define MAGNET_X_STAT_ROW(sym, id, name, unit, desc)                          \
+  static_assert(!host_stat(id) || find_stat_row(id) != nullptr,               \
+                "stat " name " has no (or two) rows in the guest schema");
+MAGNET_VIEW_STATS(MAGNET_X_STAT_ROW)
+#undef MAGNET_X_STAT_ROW
+
 uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof v);
@@ -278,6 +401,13 @@ const guest_row* guest_row_of(uint16_t type) { return find_row(type); }
 bool guest_safe_type(uint16_t type) {
   const guest_row* r = find_row(type);
   return r && !r->refused;
+}
+
+std::span<const guest_stat_row> guest_stat_schema() { return kStatRows; }
+
+bool guest_safe_stat(uint16_t id) {
+  const guest_stat_row* r = find_stat_row(id);
+  return r && r->safe;
 }
 
 std::string not_guest_safe(std::span<const uint16_t> types) {

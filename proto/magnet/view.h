@@ -229,6 +229,7 @@ struct magnet_view_resync {
  *   0x0200 - 0x02ff   the hypervisor (KVM exits)
  *   0x0300 - 0x03ff   its block I/O on the host
  *   0x0400 - 0x04ff   accounting: lost events, delivery
+ *   0x0500 - 0x05ff   its share of the host's power
  *   0x0800 - 0x0fff   computed in the guest by the agent
  *
  * Index: 0 unless said.  vcpu.*: the vCPU number.  kvm.reason_*:
@@ -281,6 +282,10 @@ struct magnet_view_resync {
 	X(LOST_EVENTS, 0x0400, "lost.events", "event", "its events lost in the host kernel since the session began") \
 	X(LOST_DELIVERY, 0x0401, "lost.delivery", "event", "its event records dropped for this connection (slow reader)") \
 	X(HOST_MARKER, 0x0402, "host.marker", "", "a value an operator sets (magnet mark): latency probes") \
+	X(POWER_WATTS, 0x0500, "power.watts", "W", "its share of the host's power (docs/placement.md)") \
+	X(ENERGY_JOULES, 0x0501, "energy.joules", "J", "its share of the host's energy since the daemon first saw it") \
+	X(POWER_SOURCE, 0x0502, "power.source", "", "where the host's power comes from: 1 RAPL, 2 a power model") \
+	X(POWER_MODEL_ERR, 0x0503, "power.model_err_watts", "W", "uncertainty of power.watts from the model's stated error (power.source 2)") \
 	X(GUEST_SOCK_TX_BPS, 0x0800, "guest.sock_tx_bps", "bit/s", "sent by its sockets (guest kernel)") \
 	X(GUEST_SOCK_RX_BPS, 0x0801, "guest.sock_rx_bps", "bit/s", "received by its sockets (guest kernel)") \
 	X(GUEST_DEV_TX_BPS, 0x0802, "guest.dev_tx_bps", "bit/s", "sent by its network devices (guest kernel)") \
@@ -300,6 +305,10 @@ enum magnet_view_stat_id {
 	MAGNET_VIEW_STATS(MAGNET_X_STAT_ENUM)
 #undef MAGNET_X_STAT_ENUM
 };
+
+/* power.source */
+#define MAGNET_VIEW_POWER_RAPL 1
+#define MAGNET_VIEW_POWER_MODEL 2
 
 /* Exit reason index of kvm.reason_*. */
 #define MAGNET_VIEW_REASON_INDEX(isa, code) ((((__u32)(isa)) << 24) | ((code) & 0xffffffU))

@@ -640,6 +640,37 @@ TEST_F(DeliverTest, GuestGetsOnlyGuestSafeRecordsOfItsOwnVmCleaned) {
   EXPECT_EQ(types, safe) << "every type a guest may see, and only those";
 }
 
+// The stats a guest receives are those the guest schema lets it see: one
+// the host published without a row there (an id of no stat, an id of the
+// agent's own) is not sent, whatever the subscription names.
+TEST_F(DeliverTest, GuestGetsOnlyTheStatsTheSchemaDeclaresSafe) {
+  start();
+  auto every = hello(1), named = hello(1);
+  every->send(view::subscribe{50, MAGNET_VMODE_PERIODIC, 0, {}, {}});
+  named->send(view::subscribe{50, MAGNET_VMODE_PERIODIC, 0,
+                              {MAGNET_STAT_POWER_WATTS, MAGNET_STAT_GUEST_SOCK_TX_BPS, 0x04ff}, {}});
+  const std::vector<view::stat_value> published = {
+      {MAGNET_STAT_TAP_TX_BPS, MAGNET_VSTAT_VALID, 0, 1000000, 0, 1e6},
+      {MAGNET_STAT_POWER_WATTS, MAGNET_VSTAT_VALID, 0, 1000000, 0, 12.5},
+      {MAGNET_STAT_ENERGY_JOULES, MAGNET_VSTAT_VALID, 0, 0, 0, 250},
+      {MAGNET_STAT_GUEST_SOCK_TX_BPS, MAGNET_VSTAT_VALID, 0, 1000000, 0, 3e6},
+      {0x04ff, MAGNET_VSTAT_VALID, 0, 0, 0, 42}};
+  run(400ms, {every.get(), named.get()}, [] { return false; },
+      [&] { hub->publish(1, monotonic_ns(), published); });
+  auto ids = [](const client& c) {
+    std::set<uint16_t> s;
+    for (const auto& st : c.all<view::stats>())
+      for (const auto& v : st.values) s.insert(v.id);
+    return s;
+  };
+  ASSERT_FALSE(every->all<view::stats>().empty());
+  EXPECT_EQ(ids(*every), (std::set<uint16_t>{MAGNET_STAT_TAP_TX_BPS, MAGNET_STAT_POWER_WATTS,
+                                             MAGNET_STAT_ENERGY_JOULES, MAGNET_STAT_LOST_DELIVERY}));
+  EXPECT_EQ(ids(*named), std::set<uint16_t>{MAGNET_STAT_POWER_WATTS});
+  EXPECT_TRUE(every->errors().empty());
+  EXPECT_TRUE(named->errors().empty());
+}
+
 // Re-keyed ids are stable within a session and differ between sessions.
 TEST_F(DeliverTest, GuestSessionsReKeyIdsEachWithTheirOwnKey) {
   start();

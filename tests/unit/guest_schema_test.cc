@@ -19,6 +19,7 @@
 #include "magnet/events.h"
 #include "magnet/guest_schema.h"
 #include "magnet/record.h"
+#include "magnet/view_codec.h"
 
 namespace magnet::view {
 namespace {
@@ -461,6 +462,67 @@ TEST(GuestSchema, RefusalTextNamesEachUnsafeType) {
   const std::string text = not_guest_safe(many);
   EXPECT_LE(text.size(), 256u);
   EXPECT_NE(text.find("more are not guest-safe"), std::string::npos) << text;
+}
+
+// ------------------------------------------------------------- its stats ---
+
+// The host stats a guest may receive, by name, written from docs/guest.md
+// ("What a guest may see") apart from the library's table: a stat added to
+// the table as safe without an entry here fails, and so does one dropped.
+// The host's total power is not among them (its own share is).
+const std::set<std::string_view>& guest_safe_stat_names() {
+  static const std::set<std::string_view> s = {
+      "tap.tx_bps", "tap.rx_bps", "tap.tx_pps", "tap.rx_pps",
+      "drops.tap", "drops.qdisc", "drops.host",
+      "queue.tx_mean_us", "queue.tx_p50_us", "queue.tx_p99_us", "queue.tx_pps",
+      "queue.rx_mean_us", "queue.rx_p50_us", "queue.rx_p99_us", "queue.rx_pps",
+      "link.capacity_bps", "link.use_bps", "link.available_bps", "link.available_err_bps",
+      "link.queue_p50_us", "link.queue_p99_us", "link.drops",
+      "allowance.tx_bps", "allowance.rx_bps",
+      "vcpu.count", "vcpu.run", "vcpu.wait", "vcpu.halt", "vcpu.run_sum", "vcpu.wait_sum",
+      "vcpu.halt_sum",
+      "kvm.exits", "kvm.exit_time", "kvm.reason_exits", "kvm.reason_time", "kvm.reason_mean_us",
+      "blk.bytes_per_s", "blk.iops", "blk.lat_mean_us", "blk.lat_p99_us",
+      "lost.events", "lost.delivery", "host.marker",
+      // Its own share of the host's power (docs/placement.md, "Into each guest").
+      "power.watts", "energy.joules", "power.source", "power.model_err_watts"};
+  return s;
+}
+
+TEST(GuestStats, SafeStatsAreExactlyTheSpecifiedOnes) {
+  std::set<std::string_view> safe;
+  for (const auto& s : all_stats()) {
+    if (guest_safe_stat(s.id)) safe.insert(s.name);
+    if (s.id >= 0x0800) EXPECT_FALSE(guest_safe_stat(s.id)) << s.name << ": the agent's, not the host's";
+  }
+  EXPECT_EQ(safe, guest_safe_stat_names());
+  for (const auto& n : {"power.watts", "energy.joules", "power.source", "power.model_err_watts"}) {
+    const auto* info = find_stat(std::string_view(n));
+    ASSERT_NE(info, nullptr) << n << " is not in proto/magnet/view.h";
+    EXPECT_TRUE(guest_safe_stat(info->id)) << n;
+  }
+  for (const auto& s : all_stats())
+    EXPECT_EQ(s.name.find("host.power"), std::string_view::npos) << "no host total: " << s.name;
+  EXPECT_FALSE(guest_safe_stat(0x04ff)) << "an id of no stat";
+  EXPECT_FALSE(guest_safe_stat(0)) << "no stat";
+}
+
+// Every host stat of the catalogue has exactly one row, and each row says why.
+TEST(GuestStats, EveryHostStatHasOneRowWithItsReason) {
+  std::map<uint16_t, int> rows;
+  for (const auto& r : guest_stat_schema()) {
+    ++rows[r.id];
+    const auto* info = find_stat(r.id);
+    ASSERT_NE(info, nullptr) << "a row for " << r.id << ", not in MAGNET_VIEW_STATS";
+    EXPECT_LT(r.id, 0x0800) << info->name << ": the agent's stats are not the host's to send";
+    EXPECT_NE(r.safe == nullptr, r.refused == nullptr) << info->name << ": one reason";
+    const char* why = r.safe ? r.safe : r.refused;
+    EXPECT_GT(why ? std::strlen(why) : 0, 10u) << info->name << ": a row says why";
+  }
+  for (const auto& s : all_stats())
+    if (s.id < 0x0800) {
+      EXPECT_EQ(rows[s.id], 1) << s.name;
+    }
 }
 
 }  // namespace
