@@ -51,6 +51,18 @@ TEST(PowerModel, InterpolatesLinearlyBetweenPointsAndClamps) {
   EXPECT_EQ(describe(m), "86 W idle, 117 W full, 9 points between");
 }
 
+// The model's stated error (error = N%): a fraction of the power above
+// idle, said in the log's description; none when the file has no line.
+TEST(PowerModel, StatedErrorIsAFractionOfThePowerAboveIdle) {
+  EXPECT_FALSE(ml110().error.has_value());
+  const power_model m = parse_power_model("idle = 86\nfull = 117\nerror = 15%\npoint = 50% 102\n", "e").value();
+  ASSERT_TRUE(m.error.has_value());
+  EXPECT_DOUBLE_EQ(*m.error, 0.15);
+  EXPECT_DOUBLE_EQ(model_watts(m, 0.5), 102) << "the curve is unchanged";
+  EXPECT_EQ(describe(m), "86 W idle, 117 W full, 1 point between, error 15% above idle");
+  EXPECT_DOUBLE_EQ(*parse_power_model("idle = 1\nfull = 2\nerror = 0%\n", "z").value().error, 0);
+}
+
 TEST(PowerModel, BadFilesAreNamedByFileAndLine) {
   const std::pair<const char*, const char*> bad[] = {
       {"idle = 86\n", "m.conf: no 'full = WATTS' line"},
@@ -69,7 +81,11 @@ TEST(PowerModel, BadFilesAreNamedByFileAndLine) {
        "m.conf:4: point: its watts fall outside the curve (below the point or idle before it)"},
       {"idle = 86\nfull = 117\npoint = 10% 80\n", "m.conf:3: point: its watts fall outside the curve"},
       {"idle = 86\nfull = 117\npoint = 90% 120\n", "m.conf:3: point: its watts fall outside the curve (above full)"},
-      {"idle = 86\nfull = 117\nidel = 3\n", "m.conf:3: unknown key 'idel' (idle, full, point)"},
+      {"idle = 86\nfull = 117\nidel = 3\n", "m.conf:3: unknown key 'idel' (idle, full, point, error)"},
+      {"idle = 86\nfull = 117\nerror = 15\n", "m.conf:3: error: '15' is not a percentage (error = N%)"},
+      {"idle = 86\nfull = 117\nerror = -5%\n", "m.conf:3: error: '-5%' is not a percentage"},
+      {"idle = 86\nfull = 117\nerror = much%\n", "m.conf:3: error: 'much%' is not a percentage"},
+      {"idle = 86\nerror = 5%\nfull = 117\nerror = 6%\n", "m.conf:4: error set again"},
       {"idle 86\n", "m.conf:1: 'idle 86' is not 'key = value'"},
   };
   for (const auto& [text, why] : bad) {

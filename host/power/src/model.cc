@@ -48,6 +48,15 @@ result<model_point> parse_point(std::string_view v) {
   return model_point{*uv / 100, *wv};
 }
 
+// "15%": a fraction (0.15); the percent sign is required (a bare number
+// could be read as watts).
+result<double> parse_error(std::string_view v) {
+  const bool pct = !v.empty() && v.back() == '%';
+  auto n = pct ? number(v.substr(0, v.size() - 1)) : std::nullopt;
+  if (!n) return error{"'" + std::string(v) + "' is not a percentage (error = N%)"};
+  return *n / 100;
+}
+
 }  // namespace
 
 // The model of a settings file's lines (@name: the file, for errors).
@@ -72,8 +81,13 @@ static result<power_model> model_of(const std::vector<config_entry>& entries, co
                      " is not above the point before (line " + std::to_string(lines.back()) + ")"};
       m.points.push_back(*p);
       lines.push_back(e.line);
+    } else if (e.key == "error") {
+      if (m.error) return error{at + "error set again"};
+      auto v = parse_error(e.value);
+      if (!v) return error{at + "error: " + v.err().message};
+      m.error = *v;
     } else {
-      return error{at + "unknown key '" + e.key + "' (idle, full, point)"};
+      return error{at + "unknown key '" + e.key + "' (idle, full, point, error)"};
     }
   }
   if (!idle) return error{name + ": no 'idle = WATTS' line"};
@@ -113,8 +127,14 @@ std::string describe(const power_model& m) {
     std::snprintf(b, sizeof b, "%g W", v);
     return std::string(b);
   };
+  std::string err;
+  if (m.error) {
+    char b[48];
+    std::snprintf(b, sizeof b, ", error %g%% above idle", *m.error * 100);
+    err = b;
+  }
   return w(m.idle_watts()) + " idle, " + w(m.full_watts()) + " full, " + std::to_string(m.points.size() - 2) +
-         (m.points.size() == 3 ? " point between" : " points between");
+         (m.points.size() == 3 ? " point between" : " points between") + err;
 }
 
 }  // namespace magnet::power

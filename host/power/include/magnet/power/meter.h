@@ -52,6 +52,10 @@ class power_meter {
   // Watts over the last second of samples (0 before two samples).
   double host_watts() const;
   double vm_watts(uint32_t vm) const;
+  // The length of that window (0 before two samples).
+  uint64_t window_ns() const { return window_ns_; }
+  // The model, when it is the source; null with RAPL.
+  const power_model* model() const { return rapl_ ? nullptr : &*model_; }
 
  private:
   struct interval {
