@@ -22,8 +22,11 @@ static const char* kTopHelp =
     "the VM's vCPUs, KVM exits/s and EXIT% (time in exit handling other than\n"
     "halts, same unit), guest rx/tx Mbit/s on its taps, host queueing delay\n"
     "(mean, microseconds) guest -> wire (QTX) and wire -> guest (QRX), and\n"
-    "packets dropped on its taps per second, and LOST: its events lost since\n"
-    "the daemon started (over its --vm-quota, or the ring buffer full).\n"
+    "packets dropped on its taps per second, LOST: its events lost since\n"
+    "the daemon started (over its --vm-quota, or the ring buffer full), and W:\n"
+    "its share of the host's power in watts over the last second, by its vCPUs'\n"
+    "run time (docs/placement.md); '-' when the host has no power source (no\n"
+    "RAPL and no 'magnet host --power-model'), and null in the JSON.\n"
     "\n"
     "      --socket PATH  the daemon's query socket (default /run/magnet/host.sock)\n"
     "  -i, --interval T   time between tables (default 1s)\n"
@@ -293,6 +296,20 @@ int cmd_mark(cli::args& a) {
   return 0;
 }
 
+namespace {
+
+// top's W: the VM's power_watts, '-' when null or absent (no power source);
+// any other type is a reply of the wrong shape (a json exception).
+std::string watts_cell(const nlohmann::json& vm) {
+  auto it = vm.find("power_watts");
+  if (it == vm.end() || it->is_null()) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", it->get<double>());
+  return b;
+}
+
+}  // namespace
+
 int cmd_top(cli::args& a) {
   if (a.flag("--help", "-h")) {
     std::fputs(kTopHelp, stdout);
@@ -323,12 +340,12 @@ int cmd_top(cli::args& a) {
         std::fprintf(stderr, "magnet top: malformed reply from the daemon\n");
         return 1;
       }
-      std::printf("%-4s %-16s %5s %7s %7s %7s %9s %7s %9s %9s %9s %9s %8s %10s\n", "VM", "NAME",
+      std::printf("%-4s %-16s %5s %7s %7s %7s %9s %7s %9s %9s %9s %9s %8s %10s %7s\n", "VM", "NAME",
                   "VCPUS", "RUN", "WAIT", "HALT", "EXITS/S", "EXIT%", "RX MBIT/S", "TX MBIT/S",
-                  "QTX US", "QRX US", "DROPS/S", "LOST");
+                  "QTX US", "QRX US", "DROPS/S", "LOST", "W");
       for (const auto& v : j["vms"])
         std::printf("%-4u %-16.16s %5d %6.1f%% %6.1f%% %6.1f%% %9.0f %6.2f%% %9.3f %9.3f %9.1f %9.1f "
-                    "%8.1f %10llu\n",
+                    "%8.1f %10llu %7s\n",
                     v.value("vm", 0u), v.value("name", std::string("?")).c_str(),
                     v.value("vcpus", 0), v.value("vcpu_run", 0.0) * 100,
                     v.value("vcpu_wait", 0.0) * 100, v.value("vcpu_halt", 0.0) * 100,
@@ -337,7 +354,8 @@ int cmd_top(cli::args& a) {
                     v.value("queue_tx_us", 0.0), v.value("queue_rx_us", 0.0),
                     v.value("drops_per_s", 0.0),
                     static_cast<unsigned long long>(v.value("lost_quota", 0ull) +
-                                                    v.value("lost_ring", 0ull)));
+                                                    v.value("lost_ring", 0ull)),
+                    watts_cell(v).c_str());
       std::printf("\n");
     }
     std::fflush(stdout);

@@ -5,11 +5,17 @@
 // written, and the VMs', idle and own joules add up to the host's.  And the
 // daemon without a power source (none of it on /metrics), with a model and
 // no RAPL, and with a tree it cannot read (it stops, naming the file).
+// Then each VM's share delivered into its guest, as stats of its view: the
+// VMs' QEMU and guest agent are magnet_fake_qemu processes of this test (a
+// vCPU thread by name, the guest's end of the view channel; no vsock),
+// whose figures are /metrics' at the same tick; and magnet top's W column.
 #include <gtest/gtest.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,10 +23,14 @@
 #include <memory>
 #include <regex>
 #include <sstream>
+#include <set>
 #include <thread>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "http.h"
+#include "magnet/view.h"
 #include "proc.h"
 
 namespace magnet {
@@ -237,6 +247,287 @@ TEST(PowerMetrics, NoSourceNoFiguresTheModelWithoutRaplAndAnUnreadableTreeStopsT
             std::string::npos)
       << bad.d->stderr_text();
   fs::remove_all(empty);
+}
+
+// ------------------------------------------------- into each guest, top ---
+
+uint64_t monotonic() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
+// One stats frame as the fake guest agent got it: the tick its values are
+// of (the frame's time less their age) and each stat by name.
+struct guest_frame {
+  uint64_t at_ns = 0;
+  std::map<std::string, nlohmann::json> stats;  // index 0 only
+};
+
+// A test-driver VM whose QEMU is a magnet_fake_qemu of this test (libvirt's
+// pid file names it; its vCPU thread runs @duty_ms in every 10 ms) and
+// whose guest agent is that same process at the VM's view channel.
+struct fake_vm {
+  std::string name, uuid, chan, pidf;
+  std::unique_ptr<child> qemu;
+  fake_vm(const std::string& n, const std::string& u, int duty_ms)
+      : name(n + std::to_string(getpid())), uuid(u), chan(tmp(n + ".chan")),
+        pidf("/run/libvirt/qemu/" + name + ".pid") {
+    qemu = std::make_unique<child>(std::vector<std::string>{MAGNET_FAKE_QEMU_BIN, chan, "60", std::to_string(duty_ms)});
+    if (!qemu->wait_for_stderr("ready")) ADD_FAILURE() << qemu->stderr_text();
+    fs::create_directories("/run/libvirt/qemu");
+    std::ofstream(pidf, std::ios::trunc) << qemu->pid() << "\n";
+  }
+  ~fake_vm() {
+    qemu.reset();
+    ::unlink(pidf.c_str());
+    ::unlink(chan.c_str());
+  }
+  std::string domain() const {
+    return "<domain type='test'><name>" + name + "</name><uuid>" + uuid +
+           "</uuid><memory>65536</memory><vcpu>1</vcpu><os><type>hvm</type></os><devices>"
+           "<channel type='unix'><source mode='bind' path='" + chan +
+           "'/><target type='virtio' name='org.magnet.view.0'/></channel></devices></domain>\n";
+  }
+  std::vector<guest_frame> frames() const {
+    std::vector<guest_frame> out;
+    std::istringstream in(qemu->stderr_text());
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty() || line[0] != '{') continue;
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;  // a line still being written
+      guest_frame f;
+      uint64_t oldest = 0;
+      if (j["stats"].size() < 2) continue;  // before the daemon's first tick of the VM
+      for (const auto& s : j["stats"]) {
+        if (s["index"] == 0) f.stats[s["name"].get<std::string>()] = s;
+        oldest = std::max<uint64_t>(oldest, s["age_us"].get<uint64_t>());
+      }
+      // Values of one tick share its age, but for host.marker and the
+      // delivery's own: the tick is the frame's time less the tick's age.
+      if (f.stats.count("vcpu.count")) oldest = f.stats["vcpu.count"]["age_us"].get<uint64_t>();
+      f.at_ns = j["ts_ns"].get<uint64_t>() - oldest * 1000;
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+};
+
+// The daemon over libvirt's test driver with @vms, delivering into them
+// over their view channels (no vsock), the sched probe on (their vCPU run
+// time), /metrics served.
+struct delivering_daemon {
+  std::string sock = tmp("deliver.sock"), node = tmp("deliver-node.xml");
+  std::unique_ptr<child> d;
+  int port = 0;
+  delivering_daemon(const std::vector<const fake_vm*>& vms, std::vector<std::string> extra) {
+    std::ofstream f(node, std::ios::trunc);
+    f << "<node>\n";
+    for (const auto* vm : vms) f << vm->domain();
+    f << "</node>\n";
+    f.close();
+    std::vector<std::string> argv = {MAGNET_BIN, "-v", "host", "--config", "/dev/null", "--uri", "test://" + node,
+                                     "--socket", sock, "--probes", "net.dev,sched", "--vsock", "off",
+                                     "--http", "127.0.0.1:0", "--duration", "60"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    d = std::make_unique<child>(argv);
+  }
+  ~delivering_daemon() {
+    d.reset();
+    ::unlink(node.c_str());
+    ::unlink(sock.c_str());
+  }
+  ::testing::AssertionResult up(const std::vector<const fake_vm*>& vms) {
+    if (!d->wait_for_stderr("[started]")) return ::testing::AssertionFailure() << d->stderr_text();
+    std::smatch m;
+    const std::string log = d->stderr_text();
+    if (!std::regex_search(log, m, std::regex(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/metrics)")))
+      return ::testing::AssertionFailure() << "no /metrics line: " << log;
+    port = std::stoi(m[1]);
+    for (const auto* vm : vms)
+      if (!d->wait_for_stderr("connected to view channel " + vm->chan) || !vm->qemu->wait_for_stderr("welcome"))
+        return ::testing::AssertionFailure() << d->stderr_text() << "\n" << vm->qemu->stderr_text();
+    return ::testing::AssertionSuccess();
+  }
+};
+
+// /metrics read while the daemon ticks, with the monotonic times before the
+// request and after the reply.
+struct scrape {
+  uint64_t start = 0, end = 0;
+  std::string page;
+};
+
+// The tick whose values a scrape shows, from the ticks the guests saw: the
+// last one before the request when the next one they saw came after the
+// reply and is the very next tick (100 ms later: none was missed between).
+// 0 when the scrape cannot be placed so.
+uint64_t tick_of(const scrape& s, const std::set<uint64_t>& ticks) {
+  auto next = ticks.upper_bound(s.start);
+  if (next == ticks.begin() || next == ticks.end()) return 0;
+  const uint64_t before = *std::prev(next);
+  if (*next <= s.end || *next - before > 150'000'000) return 0;
+  return before;
+}
+
+double vm_sample(const std::string& page, const std::string& family, const fake_vm& vm) {
+  for (const auto& [labels, v] : samples(page, family))
+    if (labels.find("domain=\"" + vm.name + "\"") != std::string::npos) return v;
+  return std::nan("");
+}
+
+// Each guest gets its own power and energy, as stats of its view, and they
+// are the figures /metrics has for its VM at the same tick, to the last
+// digit; the other VM's differ.  The source says RAPL; no model error.
+TEST(PowerMetrics, EachGuestGetsItsOwnPowerAsOnMetricsAtTheSameTick) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  rapl_tree tree;
+  fake_vm a("mgpwa", "11111111-2222-3333-4444-5555555555a1", 1), b("mgpwb", "11111111-2222-3333-4444-5555555555b2", 4);
+  delivering_daemon t({&a, &b}, {"--powercap-root", tree.root});
+  ASSERT_TRUE(t.up({&a, &b}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the meter's window full
+  std::vector<scrape> scrapes;
+  for (int i = 0; i < 30; ++i) {
+    scrape s;
+    s.start = monotonic();
+    s.page = test::http_get(t.port, "/metrics").second;
+    s.end = monotonic();
+    scrapes.push_back(std::move(s));
+    std::this_thread::sleep_for(std::chrono::milliseconds(37));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the frames of the last ticks
+  int matched = 0;
+  for (const fake_vm* vm : {&a, &b}) {
+    SCOPED_TRACE(vm->name);
+    const fake_vm& other = vm == &a ? b : a;
+    std::map<uint64_t, guest_frame> by_tick;
+    std::set<uint64_t> ticks;
+    for (auto& f : vm->frames()) {
+      ASSERT_EQ(f.stats.count("power.watts"), 1u) << "no power.watts in a frame: " << vm->qemu->stderr_text();
+      ASSERT_EQ(f.stats.count("energy.joules"), 1u);
+      ASSERT_EQ(f.stats.count("power.source"), 1u);
+      EXPECT_EQ(f.stats["power.source"]["value"], MAGNET_VIEW_POWER_RAPL);
+      EXPECT_EQ(f.stats.count("power.model_err_watts"), 0u) << "measured, not modelled";
+      // Ages are whole microseconds: a tick is known to 1 us.
+      auto near = ticks.lower_bound(f.at_ns > 2000 ? f.at_ns - 2000 : 0);
+      const uint64_t tick = near != ticks.end() && *near <= f.at_ns + 2000 ? *near : f.at_ns;
+      ticks.insert(tick);
+      by_tick[tick] = f;
+    }
+    ASSERT_GT(ticks.size(), 20u) << vm->qemu->stderr_text();
+    for (const auto& s : scrapes) {
+      const uint64_t tick = tick_of(s, ticks);
+      if (!tick) continue;
+      ++matched;
+      const auto& f = by_tick.at(tick);
+      const double w = vm_sample(s.page, "magnet_vm_power_watts", *vm);
+      const double e = vm_sample(s.page, "magnet_vm_energy_joules_total", *vm);
+      EXPECT_TRUE(f.stats.at("power.watts")["valid"].get<bool>());
+      EXPECT_DOUBLE_EQ(f.stats.at("power.watts")["value"].get<double>(), w) << "the same tick's";
+      EXPECT_DOUBLE_EQ(f.stats.at("energy.joules")["value"].get<double>(), e) << "the same tick's";
+      EXPECT_GE(f.stats.at("power.watts")["window_us"].get<uint32_t>(), 1'000'000u);
+      EXPECT_EQ(f.stats.at("energy.joules")["window_us"], 0) << "a total";
+      EXPECT_NE(f.stats.at("energy.joules")["value"].get<double>(),
+                vm_sample(s.page, "magnet_vm_energy_joules_total", other))
+          << "the other VM's";
+    }
+    // Its vCPU ran: a share of its own, more for the busier VM.
+    const auto& last = by_tick.rbegin()->second;
+    EXPECT_GT(last.stats.at("power.watts")["value"].get<double>(), 0) << vm->qemu->stderr_text();
+    EXPECT_GT(last.stats.at("energy.joules")["value"].get<double>(), 0);
+  }
+  EXPECT_GE(matched, 4) << "scrapes placed at a tick both guests saw, of 60";
+  const auto fa = a.frames(), fb = b.frames();
+  EXPECT_GT(fb.back().stats.at("energy.joules")["value"].get<double>(),
+            fa.back().stats.at("energy.joules")["value"].get<double>())
+      << "b's vCPU runs four times as long as a's";
+}
+
+// magnet top: W, each VM's power, in the table and as power_watts in the
+// JSON, as on /metrics; the help says what it is.
+TEST(PowerMetrics, TopShowsEachVmsPower) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  rapl_tree tree;
+  fake_vm a("mgtpa", "11111111-2222-3333-4444-5555555555c1", 2);
+  delivering_daemon t({&a}, {"--powercap-root", tree.root});
+  ASSERT_TRUE(t.up({&a}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto j = test::run({MAGNET_BIN, "top", "--socket", t.sock, "--json", "--count", "1"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  auto top = nlohmann::json::parse(j.out);
+  ASSERT_EQ(top["vms"].size(), 1u) << j.out;
+  ASSERT_TRUE(top["vms"][0]["power_watts"].is_number()) << j.out;
+  const double w = top["vms"][0]["power_watts"].get<double>();
+  EXPECT_GT(w, 0) << j.out;
+  EXPECT_LT(w, rapl_tree::kWatts0 + rapl_tree::kWatts1) << j.out;
+  auto text = test::run({MAGNET_BIN, "top", "--socket", t.sock, "--count", "1"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  std::istringstream in(text.out);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  ASSERT_GT(header.size(), 2u);
+  EXPECT_EQ(header.substr(header.size() - 2), " W") << header;
+  const double shown = std::stod(row.substr(row.find_last_of(' ') + 1));
+  EXPECT_NEAR(shown, w, std::max(1.0, 0.5 * w)) << "a second later: " << row;
+  auto help = test::run({MAGNET_BIN, "top", "--help"});
+  EXPECT_NE(help.out.find("W:\nits share of the host's power in watts"), std::string::npos) << help.out;
+}
+
+// Without a power source the guest gets no power stats at all (not 0), top
+// shows '-' and its JSON null; with a model and no RAPL, power.source says
+// so and the model's stated error comes as power.model_err_watts.
+TEST(PowerMetrics, NoSourceNoPowerStatsAModelItsSourceAndError) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  const std::string empty = tmp("empty-powercap2"), model = tmp("model2.conf");
+  struct cleanup {
+    std::string dir, file;
+    ~cleanup() {
+      fs::remove_all(dir);
+      ::unlink(file.c_str());
+    }
+  } c{empty, model};
+  fs::create_directories(empty);
+  {
+    fake_vm a("mgnpa", "11111111-2222-3333-4444-5555555555d1", 2);
+    delivering_daemon t({&a}, {"--powercap-root", empty});
+    ASSERT_TRUE(t.up({&a}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const auto frames = a.frames();
+    ASSERT_GT(frames.size(), 5u) << a.qemu->stderr_text();
+    for (const auto& f : frames) {
+      EXPECT_EQ(f.stats.count("vcpu.count"), 1u) << "its other stats come";
+      for (const char* n : {"power.watts", "energy.joules", "power.source", "power.model_err_watts"})
+        EXPECT_EQ(f.stats.count(n), 0u) << n << " without a power source";
+    }
+    auto j = test::run({MAGNET_BIN, "top", "--socket", t.sock, "--json", "--count", "1"});
+    ASSERT_EQ(j.status, 0) << j.err;
+    auto top = nlohmann::json::parse(j.out);
+    ASSERT_EQ(top["vms"].size(), 1u) << j.out;
+    ASSERT_TRUE(top["vms"][0].contains("power_watts")) << j.out;
+    EXPECT_TRUE(top["vms"][0]["power_watts"].is_null()) << j.out;
+    auto text = test::run({MAGNET_BIN, "top", "--socket", t.sock, "--count", "1"});
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.out.find(" -\n"), std::string::npos) << text.out;
+  }
+  std::ofstream(model, std::ios::trunc) << "idle = 86\nfull = 117\npoint = 50% 102\nerror = 20%\n";
+  fake_vm a("mgmpa", "11111111-2222-3333-4444-5555555555e1", 2);
+  delivering_daemon t({&a}, {"--powercap-root", empty, "--power-model", model});
+  ASSERT_TRUE(t.up({&a}));
+  EXPECT_NE(t.d->stderr_text().find("1 point between, error 20% above idle"), std::string::npos)
+      << t.d->stderr_text();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto frames = a.frames();
+  ASSERT_GT(frames.size(), 5u) << a.qemu->stderr_text();
+  const auto& f = frames.back();
+  ASSERT_EQ(f.stats.count("power.source"), 1u) << a.qemu->stderr_text();
+  EXPECT_EQ(f.stats.at("power.source")["value"], MAGNET_VIEW_POWER_MODEL);
+  ASSERT_EQ(f.stats.count("power.model_err_watts"), 1u);
+  const double w = f.stats.at("power.watts")["value"].get<double>();
+  EXPECT_GT(w, 0);
+  EXPECT_LE(w, 117 - 86) << "a share of the power above idle";
+  EXPECT_TRUE(f.stats.at("power.model_err_watts")["valid"].get<bool>());
+  EXPECT_DOUBLE_EQ(f.stats.at("power.model_err_watts")["value"].get<double>(), 0.2 * w);
 }
 
 }  // namespace

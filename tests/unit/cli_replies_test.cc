@@ -67,6 +67,7 @@ TEST(CliReplies, AReplyOfTheWrongShapeIsAnErrorNamingTheCommand) {
       {{"top", "--count", "1"}, R"(ok {"vms":[{"vm":"x","name":5}]})"},
       {{"top", "--count", "1"}, R"(ok {"vms":7})"},
       {{"top", "--count", "1"}, "ok this is not JSON"},
+      {{"top", "--count", "1"}, R"(ok {"vms":[{"vm":1,"name":"g1","power_watts":"lots"}]})"},
       {{"views"}, R"(ok {"views":"none"})"},
       {{"views"}, R"(ok [{"vm":"one","windows":3}])"},
       {{"sessions"}, R"(ok {"sessions":[{"vm":"a","frames":"b"}]})"},
@@ -84,4 +85,23 @@ TEST(CliReplies, AReplyOfTheWrongShapeIsAnErrorNamingTheCommand) {
     EXPECT_EQ(r.status, 1) << what;
     EXPECT_EQ(r.err.rfind("magnet " + c.args[0] + ": ", 0), 0u) << what;
   }
+}
+
+// top's W: each VM's power_watts to a tenth of a watt, '-' where the daemon
+// says null (no power source) or says nothing (an older daemon).
+TEST(CliReplies, TopShowsEachVmsWattsOrADash) {
+  fake_daemon d(R"(ok {"vms":[{"vm":1,"name":"g1","power_watts":12.34},)"
+                R"({"vm":2,"name":"g2","power_watts":null},{"vm":3,"name":"g3"}]})");
+  auto r = run({MAGNET_BIN, "top", "--count", "1", "--socket", d.path()}, 20);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(r.out.substr(at, nl - at));
+  ASSERT_GE(lines.size(), 4u) << r.out;
+  auto last = [](const std::string& l) { return l.substr(l.find_last_of(' ') + 1); };
+  EXPECT_EQ(last(lines[0]), "W") << lines[0];
+  EXPECT_EQ(lines[0].size(), lines[1].size()) << "the column under its header";
+  EXPECT_EQ(last(lines[1]), "12.3") << lines[1];
+  EXPECT_EQ(last(lines[2]), "-") << lines[2];
+  EXPECT_EQ(last(lines[3]), "-") << lines[3];
 }

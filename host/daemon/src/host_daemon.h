@@ -91,6 +91,11 @@ class host_daemon : public vm_tagger {
   int open_power();
   void sample_power(uint64_t now, const std::map<uint32_t, vm_counters>& c);
   void power_figures(exposition_input& in) const;
+  // What is delivered into the VM (and `magnet stats` shows): its metrics'
+  // stats and its share of the host's power.
+  std::vector<view::stat_value> vm_stats(uint32_t vm) const;
+  // Its power over the last second; none without a power source.
+  std::optional<double> vm_watts(uint32_t vm) const;
   // replies.cc
   std::string handle(const std::string& req, const admin_peer& peer);
   // The one VM @key names (magnet/admin/vm_key.h), or why there is none;

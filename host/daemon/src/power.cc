@@ -1,8 +1,10 @@
 // The host's power (host/power, docs/placement.md): the source chosen once
 // at start and said once in the log, then at each tick the interval's
-// energy split between the VMs, the host's idle power and its own work.
+// energy split between the VMs, the host's idle power and its own work;
+// each VM's share on /metrics, in magnet top and into the VM.
 #include "host_daemon.h"
 #include "magnet/log.h"
+#include "magnet/metrics/power_stats.h"
 
 namespace magnet::host {
 
@@ -62,6 +64,17 @@ void host_daemon::power_figures(exposition_input& in) const {
   for (auto& vm : in.vms)
     if (auto it = t.vms.find(vm.vm_id); it != t.vms.end())
       vm.power = vm_power_figures{power_->vm_watts(vm.vm_id), it->second};
+}
+
+std::vector<view::stat_value> host_daemon::vm_stats(uint32_t vm) const {
+  std::vector<view::stat_value> s = metrics_.stats(vm);
+  if (power_) append_power_stats(*power_, vm, s);
+  return s;
+}
+
+std::optional<double> host_daemon::vm_watts(uint32_t vm) const {
+  if (!power_ || !power_->totals().vms.count(vm)) return std::nullopt;
+  return power_->vm_watts(vm);
 }
 
 }  // namespace magnet::host

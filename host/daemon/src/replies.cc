@@ -137,6 +137,7 @@ ojson host_daemon::top_json() const {
     int nvcpu = 0;
     for (const auto& t : vm.threads) nvcpu += t.role == "vcpu";
     auto v = [&](uint16_t sid, uint32_t index = 0) { return metrics_.value(id, sid, index); };
+    const auto w = vm_watts(id);  // null: the host has no power source
     ojson per = ojson::array();
     for (const auto& s : metrics_.stats(id))
       if (s.id == MAGNET_STAT_VCPU_RUN)
@@ -163,6 +164,7 @@ ojson host_daemon::top_json() const {
                         {"queue_rx_per_s", v(MAGNET_STAT_QUEUE_RX_PPS)},
                         {"lost_quota", losses_.count(id) ? losses_.at(id).first : 0},
                         {"lost_ring", losses_.count(id) ? losses_.at(id).second : 0},
+                        {"power_watts", w ? ojson(*w) : ojson(nullptr)},
                         {"per_vcpu", per}});
   }
   // --sample: the events whose streamed records the kernel keeps 1 in N.
@@ -175,7 +177,7 @@ ojson host_daemon::top_json() const {
 // What is delivered to the VM, by name (no per-connection values).
 ojson host_daemon::stats_json(uint32_t vm) const {
   ojson a = ojson::array();
-  for (const auto& s : metrics_.stats(vm)) {
+  for (const auto& s : vm_stats(vm)) {
     const auto* info = view::find_stat(s.id);
     a.push_back(ojson{{"name", info ? std::string(info->name) : std::to_string(s.id)},
                       {"index", s.index},

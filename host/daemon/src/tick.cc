@@ -71,7 +71,7 @@ void host_daemon::sample(uint64_t now) {
   sample_power(now, c);
   totals_.retain(ids);
   counters_ = std::move(c);
-  for (const auto& [id, vm] : vms_) hub_.publish(id, now, metrics_.stats(id));
+  for (const auto& [id, vm] : vms_) hub_.publish(id, now, vm_stats(id));
 }
 
 void host_daemon::tick() {
