@@ -14,7 +14,9 @@
  * magnet_client_poll).  One magnet_client is for one thread.
  *
  * Stat names are those of proto/magnet/view.h (docs/guest.md lists them):
- * "link.available_bps", "tap.tx_bps", "vcpu.run", ...
+ * "link.available_bps", "tap.tx_bps", "vcpu.run", "power.watts", ...
+ * A stat the host does not have (power.* on a host without a power
+ * source) never comes: magnet_client_get returns -1 for it.
  */
 #ifndef MAGNET_CLIENT_H
 #define MAGNET_CLIENT_H
