@@ -31,7 +31,7 @@
 namespace magnet::host {
 namespace {
 
-constexpr uint32_t kVmA = 203;
+constexpr uint32_t kOtherNsVm = 203;
 
 struct deny_env {
   explicit deny_env(const char* v) { setenv("MAGNET_DENY_METHODS", v, 1); }
@@ -144,7 +144,7 @@ void expect_only_our_device_is_the_vms(const char* deny, uint32_t mode) {
   auto opened = capture::open({});
   ASSERT_TRUE(opened) << opened.err().message;
   auto& cap = **opened;
-  ASSERT_TRUE(cap.tag_vm_ifindex(static_cast<uint32_t>(ifindex), kVmA)) << "our device N is A's";
+  ASSERT_TRUE(cap.tag_vm_ifindex(static_cast<uint32_t>(ifindex), kOtherNsVm)) << "our device N is A's";
   const std::vector<uint16_t> probes = {MAGNET_EV_NET_DEV_XMIT, MAGNET_EV_NET_IP_SEND,
                                         MAGNET_EV_NET_DEV_RECV, MAGNET_EV_NET_IP_RECV,
                                         MAGNET_EV_NET_L4_RECV,  MAGNET_EV_NET_DROP};
@@ -161,7 +161,7 @@ void expect_only_our_device_is_the_vms(const char* deny, uint32_t mode) {
   usleep(100000);
   for (auto t : probes) {
     auto agg = cap.aggregate(probe_slot(t));
-    EXPECT_EQ(agg[kVmA].events, 0u) << event_name(t) << ": another namespace's ifindex "
+    EXPECT_EQ(agg[kOtherNsVm].events, 0u) << event_name(t) << ": another namespace's ifindex "
                                     << n << " counted as the VM's";
     EXPECT_GE(agg[0].events, static_cast<uint64_t>(count))
         << event_name(t) << ": the probe saw that traffic, as no VM's";
@@ -180,7 +180,7 @@ void expect_only_our_device_is_the_vms(const char* deny, uint32_t mode) {
   ASSERT_EQ(udp_to_closed_port(p.name, net + "2", net + "1", count), 0);
   usleep(100000);
   for (auto t : probes)
-    EXPECT_GE(cap.aggregate(probe_slot(t))[kVmA].events, static_cast<uint64_t>(count))
+    EXPECT_GE(cap.aggregate(probe_slot(t))[kOtherNsVm].events, static_cast<uint64_t>(count))
         << event_name(t) << ": the tagged device's traffic is A's";
 }
 

@@ -39,10 +39,10 @@ namespace {
 namespace fs = std::filesystem;
 using test::child;
 
-std::string tmp(const std::string& what) { return "/tmp/magnet-power-" + std::to_string(getpid()) + "-" + what; }
+std::string power_tmp(const std::string& what) { return "/tmp/magnet-power-" + std::to_string(getpid()) + "-" + what; }
 
-std::string node_file() {
-  const std::string path = tmp("node.xml");
+std::string power_node_file() {
+  const std::string path = power_tmp("node.xml");
   std::ofstream(path, std::ios::trunc)
       << "<node>\n"
       << "<domain type='test'><name>g1</name><uuid>11111111-2222-3333-4444-555555555511</uuid>"
@@ -66,7 +66,7 @@ void put(const std::string& path, const std::string& text) {
 struct rapl_tree {
   static constexpr double kWatts0 = 30, kWatts1 = 20;
   static constexpr uint64_t kRange0 = 60'000'000, kStart0 = 50'000'000;
-  std::string root = tmp("powercap");
+  std::string root = power_tmp("powercap");
   std::atomic<bool> stop{false};
   std::thread writer;
   rapl_tree() {
@@ -100,19 +100,19 @@ struct rapl_tree {
 };
 
 struct daemon_run {
-  std::string sock = tmp("host.sock");
+  std::string sock = power_tmp("host.sock");
   std::unique_ptr<child> d;
   int port = 0;
   explicit daemon_run(std::vector<std::string> extra) {
     std::vector<std::string> argv = {MAGNET_BIN, "-v",        "host",         "--config", "/dev/null", "--uri",
-                                     "test://" + node_file(), "--socket",     sock,       "--probes",  "net.dev",
+                                     "test://" + power_node_file(), "--socket",     sock,       "--probes",  "net.dev",
                                      "--no-deliver",          "--http",       "127.0.0.1:0", "--duration", "60"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     d = std::make_unique<child>(argv);
   }
   ~daemon_run() {
     d.reset();
-    ::unlink(tmp("node.xml").c_str());
+    ::unlink(power_tmp("node.xml").c_str());
   }
   ::testing::AssertionResult up() {
     if (!d->wait_for_stderr("[started]")) return ::testing::AssertionFailure() << d->stderr_text();
@@ -143,7 +143,7 @@ std::map<std::string, double> samples(const std::string& page, const std::string
 TEST(PowerMetrics, RaplTreeWattsAndEnergyAddUp) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
   rapl_tree tree;
-  const std::string model = tmp("model.conf");
+  const std::string model = power_tmp("model.conf");
   std::ofstream(model, std::ios::trunc) << "idle = 86\nfull = 117\n";
   daemon_run t({"--powercap-root", tree.root, "--power-model", model});
   ASSERT_TRUE(t.up());
@@ -186,7 +186,7 @@ TEST(PowerMetrics, RaplTreeWattsAndEnergyAddUp) {
   EXPECT_EQ(samples(p2, "magnet_vm_power_watts").size(), 2u);
   // The text page with the power families passes promtool's lint (2.42
   // reads the text format only).
-  const std::string path = tmp("page");
+  const std::string path = power_tmp("page");
   std::ofstream(path, std::ios::trunc) << p2;
   auto lint = test::run({"sh", "-c", "promtool check metrics < " + path});
   EXPECT_EQ(lint.status, 0) << lint.out << lint.err;
@@ -196,7 +196,7 @@ TEST(PowerMetrics, RaplTreeWattsAndEnergyAddUp) {
 
 TEST(PowerMetrics, NoSourceNoFiguresTheModelWithoutRaplAndAnUnreadableTreeStopsTheDaemon) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
-  const std::string empty = tmp("empty-powercap");
+  const std::string empty = power_tmp("empty-powercap");
   fs::create_directories(empty);
   {
     daemon_run t({"--powercap-root", empty});
@@ -213,7 +213,7 @@ TEST(PowerMetrics, NoSourceNoFiguresTheModelWithoutRaplAndAnUnreadableTreeStopsT
   {
     // The model where there is no RAPL: its watts between idle and full,
     // and its page adding up as RAPL's does.
-    const std::string model = tmp("model.conf");
+    const std::string model = power_tmp("model.conf");
     std::ofstream(model, std::ios::trunc) << "idle = 86\nfull = 117\npoint = 50% 102\n";
     daemon_run t({"--powercap-root", empty, "--power-model", model});
     ASSERT_TRUE(t.up());
@@ -271,7 +271,7 @@ struct fake_vm {
   std::string name, uuid, chan, pidf;
   std::unique_ptr<child> qemu;
   fake_vm(const std::string& n, const std::string& u, int duty_ms)
-      : name(n + std::to_string(getpid())), uuid(u), chan(tmp(n + ".chan")),
+      : name(n + std::to_string(getpid())), uuid(u), chan(power_tmp(n + ".chan")),
         pidf("/run/libvirt/qemu/" + name + ".pid") {
     qemu = std::make_unique<child>(std::vector<std::string>{MAGNET_FAKE_QEMU_BIN, chan, "60", std::to_string(duty_ms)});
     if (!qemu->wait_for_stderr("ready")) ADD_FAILURE() << qemu->stderr_text();
@@ -317,7 +317,7 @@ struct fake_vm {
 // over their view channels (no vsock), the sched probe on (their vCPU run
 // time), /metrics served.
 struct delivering_daemon {
-  std::string sock = tmp("deliver.sock"), node = tmp("deliver-node.xml");
+  std::string sock = power_tmp("deliver.sock"), node = power_tmp("deliver-node.xml");
   std::unique_ptr<child> d;
   int port = 0;
   delivering_daemon(const std::vector<const fake_vm*>& vms, std::vector<std::string> extra) {
@@ -353,7 +353,7 @@ struct delivering_daemon {
 
 // /metrics read while the daemon ticks, with the monotonic times before the
 // request and after the reply.
-struct scrape {
+struct timed_scrape {
   uint64_t start = 0, end = 0;
   std::string page;
 };
@@ -362,7 +362,7 @@ struct scrape {
 // last one before the request when the next one they saw came after the
 // reply and is the very next tick (100 ms later: none was missed between).
 // 0 when the scrape cannot be placed so.
-uint64_t tick_of(const scrape& s, const std::set<uint64_t>& ticks) {
+uint64_t tick_of(const timed_scrape& s, const std::set<uint64_t>& ticks) {
   auto next = ticks.upper_bound(s.start);
   if (next == ticks.begin() || next == ticks.end()) return 0;
   const uint64_t before = *std::prev(next);
@@ -386,9 +386,9 @@ TEST(PowerMetrics, EachGuestGetsItsOwnPowerAsOnMetricsAtTheSameTick) {
   delivering_daemon t({&a, &b}, {"--powercap-root", tree.root});
   ASSERT_TRUE(t.up({&a, &b}));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the meter's window full
-  std::vector<scrape> scrapes;
+  std::vector<timed_scrape> scrapes;
   for (int i = 0; i < 30; ++i) {
-    scrape s;
+    timed_scrape s;
     s.start = monotonic();
     s.page = test::http_get(t.port, "/metrics").second;
     s.end = monotonic();
@@ -479,7 +479,7 @@ TEST(PowerMetrics, TopShowsEachVmsPower) {
 // so and the model's stated error comes as power.model_err_watts.
 TEST(PowerMetrics, NoSourceNoPowerStatsAModelItsSourceAndError) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
-  const std::string empty = tmp("empty-powercap2"), model = tmp("model2.conf");
+  const std::string empty = power_tmp("empty-powercap2"), model = power_tmp("model2.conf");
   struct cleanup {
     std::string dir, file;
     ~cleanup() {

@@ -24,6 +24,7 @@ namespace magnet {
 namespace {
 
 using test::child;
+using test::netfilter_links;
 using test::run;
 using test::sh;
 
@@ -134,22 +135,6 @@ TEST(Privileges, TheDaemonKeepsOnlyTheDocumentedCapabilitiesInEveryThread) {
     expect_capabilities(d.pid(), want);
     EXPECT_EQ(d.stop(SIGTERM), 0) << d.stderr_text();
   }
-}
-
-// The daemon's netfilter links: two (IPv4, IPv6) per network namespace.
-int netfilter_links(pid_t pid) {
-  int n = 0;
-  const std::string dir = "/proc/" + std::to_string(pid) + "/fdinfo";
-  if (DIR* d = opendir(dir.c_str())) {
-    while (auto* e = readdir(d)) {
-      std::ifstream f(dir + "/" + e->d_name);
-      std::stringstream ss;
-      ss << f.rdbuf();
-      n += ss.str().find("link_type:\tnetfilter") != std::string::npos;
-    }
-    closedir(d);
-  }
-  return n;
 }
 
 bool wait_for(const std::function<bool()>& ok, int timeout_s = 10) {

@@ -30,6 +30,7 @@ namespace {
 
 using test::child;
 using test::admin_query;
+using test::netfilter_links;
 using test::run;
 
 // "Seccomp:" of each thread of @pid (0 none, 2 filter), by thread id.
@@ -75,21 +76,6 @@ int read_stream(int port, int events) {
   }
   close(fd);
   return seen;
-}
-
-// The daemon's netfilter links: two (IPv4, IPv6) per network namespace.
-int netfilter_links(pid_t pid) {
-  int n = 0;
-  const std::string dir = "/proc/" + std::to_string(pid) + "/fdinfo";
-  if (DIR* d = opendir(dir.c_str())) {
-    while (auto* e = readdir(d)) {
-      std::ifstream f(dir + "/" + e->d_name);
-      std::string line;
-      while (std::getline(f, line)) n += line == "link_type:\tnetfilter";
-    }
-    closedir(d);
-  }
-  return n;
 }
 
 int tgkill(pid_t pid, pid_t tid, int sig) { return static_cast<int>(syscall(SYS_tgkill, pid, tid, sig)); }

@@ -1,6 +1,7 @@
 #include "proc.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -190,6 +191,20 @@ int ns_task::join(int timeout_s) {
   int rc = wait_bounded(pid_, timeout_s);
   pid_ = -1;
   return rc;
+}
+
+int netfilter_links(pid_t pid) {
+  int n = 0;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fdinfo";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (auto* e = readdir(d)) {
+      std::ifstream f(dir + "/" + e->d_name);
+      std::string line;
+      while (std::getline(f, line)) n += line == "link_type:\tnetfilter";
+    }
+    closedir(d);
+  }
+  return n;
 }
 
 uint32_t netns_ino(const std::string& ns) {

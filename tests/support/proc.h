@@ -63,6 +63,10 @@ class ns_task {
   int ready_fd_ = -1;
 };
 
+// How many netfilter BPF links process @pid holds (its fdinfo): the daemon
+// keeps two (IPv4, IPv6) per network namespace.
+int netfilter_links(pid_t pid);
+
 // The inode of /run/netns/@ns (what the kernel calls net->ns.inum), 0 if
 // there is no such namespace.
 uint32_t netns_ino(const std::string& ns);

@@ -31,7 +31,7 @@ domain_xml_facts facts(const std::string& xml) {
 }
 
 // The error's message, or "" when @xml was accepted.
-std::string refusal(const std::string& xml) {
+std::string parse_error_of(const std::string& xml) {
   result<domain_xml_facts> f = domain_xml_facts{};
   EXPECT_NO_THROW(f = parse_domain_xml(xml)) << xml;
   return f ? "" : f.err().message;
@@ -142,71 +142,71 @@ TEST(DomainXml, CidInACommentOrAnotherElementIsNot) {
   EXPECT_TRUE(o.taps.empty()) << "an interface under a hostdev";
   EXPECT_EQ(o.view_channel, "") << "a pty channel, a connecting one";
   // Another namespace's <domain> as the root is not libvirt's.
-  EXPECT_NE(refusal(slurp(kCorpus / "bad-root-namespace.xml")), "");
+  EXPECT_NE(parse_error_of(slurp(kCorpus / "bad-root-namespace.xml")), "");
 }
 
 TEST(DomainXml, MalformedDocumentsAreErrorsThatSayWhy) {
-  EXPECT_NE(refusal(""), "");
-  EXPECT_NE(refusal("<domain><devices><vsock><cid address='7'/></vsock>").find("not well-formed"),
+  EXPECT_NE(parse_error_of(""), "");
+  EXPECT_NE(parse_error_of("<domain><devices><vsock><cid address='7'/></vsock>").find("not well-formed"),
             std::string::npos);
-  EXPECT_NE(refusal("<domain><devices></domain></devices>").find("line 1"), std::string::npos);
-  EXPECT_NE(refusal("<domain/><domain/>"), "");
-  EXPECT_NE(refusal(std::string("<domain>\0</domain>", 18)), "");
-  EXPECT_NE(refusal("<domain><devices><vsock><cid address='&cid;'/></vsock></devices></domain>"), "");
-  EXPECT_NE(refusal("<network/>").find("not <domain>"), std::string::npos);
+  EXPECT_NE(parse_error_of("<domain><devices></domain></devices>").find("line 1"), std::string::npos);
+  EXPECT_NE(parse_error_of("<domain/><domain/>"), "");
+  EXPECT_NE(parse_error_of(std::string("<domain>\0</domain>", 18)), "");
+  EXPECT_NE(parse_error_of("<domain><devices><vsock><cid address='&cid;'/></vsock></devices></domain>"), "");
+  EXPECT_NE(parse_error_of("<network/>").find("not <domain>"), std::string::npos);
   std::string big = "<domain><description>" + std::string(kMaxDomainXmlBytes, 'x') + "</description></domain>";
-  EXPECT_NE(refusal(big).find("larger than"), std::string::npos);
+  EXPECT_NE(parse_error_of(big).find("larger than"), std::string::npos);
 }
 
 // Entities are never expanded: a DOCTYPE stops the parser before them.
 TEST(DomainXml, DoctypeIsRefusedBeforeItsEntities) {
   auto t0 = std::chrono::steady_clock::now();
-  std::string why = refusal(slurp(kCorpus / "bad-doctype-billion-laughs.xml"));
+  std::string why = parse_error_of(slurp(kCorpus / "bad-doctype-billion-laughs.xml"));
   EXPECT_NE(why.find("DOCTYPE"), std::string::npos) << why;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
-  EXPECT_NE(refusal(slurp(kCorpus / "bad-doctype-external.xml")).find("DOCTYPE"), std::string::npos);
+  EXPECT_NE(parse_error_of(slurp(kCorpus / "bad-doctype-external.xml")).find("DOCTYPE"), std::string::npos);
 }
 
 // std::stoul threw on the second and wrapped the first to CID 7 (checked on
 // the regex reader); std::stod threw on a 400-digit average.
 TEST(DomainXml, NumbersOutOfRangeAreErrorsNeverWrappedNorThrown) {
-  EXPECT_NE(refusal(with_cid("4294967303")).find("out of range"), std::string::npos);
-  EXPECT_NE(refusal(with_cid("99999999999999999999")).find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error_of(with_cid("4294967303")).find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error_of(with_cid("99999999999999999999")).find("out of range"), std::string::npos);
   for (const char* reserved : {"0", "1", "2", "4294967295"})
-    EXPECT_NE(refusal(with_cid(reserved)).find("reserved CID"), std::string::npos) << reserved;
+    EXPECT_NE(parse_error_of(with_cid(reserved)).find("reserved CID"), std::string::npos) << reserved;
   for (const char* nan : {"", "+7", "-7", " 7", "7 ", "0x7", "007", "7a", "seven", "7.0"})
-    EXPECT_NE(refusal(with_cid(nan)).find("is not a decimal number"), std::string::npos) << "'" << nan << "'";
-  EXPECT_NE(refusal(with_devices("<vsock><cid address='7'/></vsock><vsock><cid address='8'/></vsock>"))
+    EXPECT_NE(parse_error_of(with_cid(nan)).find("is not a decimal number"), std::string::npos) << "'" << nan << "'";
+  EXPECT_NE(parse_error_of(with_devices("<vsock><cid address='7'/></vsock><vsock><cid address='8'/></vsock>"))
                 .find("one vsock device"),
             std::string::npos);
   auto bw = [](const std::string& dir, const std::string& v) {
     return with_devices("<interface><bandwidth><" + dir + " average='" + v + "'/></bandwidth></interface>");
   };
-  EXPECT_NE(refusal(bw("inbound", std::string(400, '9'))).find("out of range"), std::string::npos);
-  EXPECT_NE(refusal(bw("outbound", "-1")).find("not a decimal number"), std::string::npos);
-  EXPECT_NE(refusal(bw("outbound", "1e9")).find("not a decimal number"), std::string::npos);
-  EXPECT_EQ(refusal(bw("inbound", "18446744073709551615")), "") << "libvirt's own maximum";
+  EXPECT_NE(parse_error_of(bw("inbound", std::string(400, '9'))).find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error_of(bw("outbound", "-1")).find("not a decimal number"), std::string::npos);
+  EXPECT_NE(parse_error_of(bw("outbound", "1e9")).find("not a decimal number"), std::string::npos);
+  EXPECT_EQ(parse_error_of(bw("inbound", "18446744073709551615")), "") << "libvirt's own maximum";
 }
 
 TEST(DomainXml, TapNamesTheKernelCannotHaveAreErrors) {
   for (const char* dev : {"", "a/b", "a:b", "a b", "abcdefghijklmnop", ".", ".."})
-    EXPECT_NE(refusal(with_devices(std::string("<interface><target dev='") + dev + "'/></interface>"))
+    EXPECT_NE(parse_error_of(with_devices(std::string("<interface><target dev='") + dev + "'/></interface>"))
                   .find("not a network interface name"),
               std::string::npos)
         << "'" << dev << "'";
-  EXPECT_EQ(refusal(with_devices("<interface><target dev='abcdefghijklmno'/></interface>")), "")
+  EXPECT_EQ(parse_error_of(with_devices("<interface><target dev='abcdefghijklmno'/></interface>")), "")
       << "15 characters fit";
 }
 
 // Error messages quote values bounded and printable: a hostile value
 // cannot write control characters or pages of text into the log.
 TEST(DomainXml, ErrorsQuoteValuesBoundedAndPrintable) {
-  std::string why = refusal(with_cid("7&#10;&#9;&#127;\xc3\xa9" + std::string(1000, '8')));
+  std::string why = parse_error_of(with_cid("7&#10;&#9;&#127;\xc3\xa9" + std::string(1000, '8')));
   EXPECT_NE(why.find("/domain/devices/vsock/cid/@address"), std::string::npos) << why;
   EXPECT_LT(why.size(), 200u) << why;
   for (char c : why) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << why;
   // libxml2's own message quotes an element's name.
-  why = refusal("<domain><" + std::string(20000, 'a') + "></domain>");
+  why = parse_error_of("<domain><" + std::string(20000, 'a') + "></domain>");
   EXPECT_NE(why.find("not well-formed"), std::string::npos) << why;
   EXPECT_LT(why.size(), 300u) << why;
 }
@@ -217,7 +217,7 @@ TEST(DomainXml, FuzzSeedsAreReadOrRefusedAsNamed) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(kCorpus)) {
     const std::string name = e.path().filename().string();
-    const std::string why = refusal(slurp(e.path()));
+    const std::string why = parse_error_of(slurp(e.path()));
     if (name.rfind("bad-", 0) == 0)
       EXPECT_NE(why, "") << name << " was accepted";
     else
