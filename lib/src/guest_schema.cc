@@ -200,15 +200,20 @@ constexpr guest_row kRows[] = {
     row<magnet_vmnet_vhost>(MAGNET_EV_VMNET_VHOST_RX, MAGNET_PL_VMNET_VHOST, gi::rekey, kVhost),
 };
 
-constexpr const guest_row* find_row(uint16_t type) {
-  const guest_row* found = nullptr;
-  for (const auto& r : kRows)
-    if (r.type == type) {
-      if (found) return nullptr;  // two rows for one type: as bad as none
+// The one row of @table whose @key is @k; nullptr when there is none, or
+// two (as bad as none: which would hold?).
+template <typename Row, size_t N, typename Key>
+constexpr const Row* unique_row(const Row (&table)[N], Key Row::*key, Key k) {
+  const Row* found = nullptr;
+  for (const auto& r : table)
+    if (r.*key == k) {
+      if (found) return nullptr;
       found = &r;
     }
   return found;
 }
+
+constexpr const guest_row* find_row(uint16_t type) { return unique_row(kRows, &guest_row::type, type); }
 
 constexpr bool in_catalogue(uint16_t type) {
 #define MAGNET_X_IS(sym, id, name, pl) type == (id) ||
@@ -348,13 +353,7 @@ constexpr guest_stat_row kStatRows[] = {
 constexpr bool host_stat(uint16_t id) { return id < 0x0800; }
 
 constexpr const guest_stat_row* find_stat_row(uint16_t id) {
-  const guest_stat_row* found = nullptr;
-  for (const auto& r : kStatRows)
-    if (r.id == id) {
-      if (found) return nullptr;  // two rows for one id: as bad as none
-      found = &r;
-    }
-  return found;
+  return unique_row(kStatRows, &guest_stat_row::id, id);
 }
 
 constexpr bool stat_in_catalogue(uint16_t id) {

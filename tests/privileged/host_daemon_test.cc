@@ -135,11 +135,9 @@ TEST(HostDaemon, SampleStreamsOneInNAndTheKernelsCountsStayExact) {
   EXPECT_NE(d.stderr_text().find("[sample] net.dev.xmit, net.dev.recv: 1 in 8 of the streamed records"),
             std::string::npos) << d.stderr_text();
   ASSERT_TRUE(d.wait_for_stderr("[vm.up] " + name)) << d.stderr_text();
-  std::smatch m;
   const std::string log = d.stderr_text();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/metrics)")))
-      << log;
-  const int port = std::stoi(m[1]);
+  const int port = test::metrics_port(log);
+  ASSERT_NE(port, 0) << log;
   usleep(300000);  // the VM tagged in the kernel, its view instances made
 
   // 400 UDP datagrams from the "guest" (the namespace), each echoed by this

@@ -45,11 +45,9 @@ TEST(HttpMetrics, BothFormatsPassPromtoolAndBadRequestsAreRefused) {
   child d({MAGNET_BIN, "host", "--uri", "qemu+unix:///system?socket=/nonexistent/libvirt-sock", "--socket",
            sock, "--probes", "net.dev", "--no-deliver", "--http", "127.0.0.1:0", "--duration", "60"});
   ASSERT_TRUE(d.wait_for_stderr("[started]")) << d.stderr_text();
-  std::smatch m;
   const std::string log = d.stderr_text();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/metrics\n)")))
-      << log;
-  const int port = std::stoi(m[1]);
+  const int port = test::metrics_port(log);
+  ASSERT_NE(port, 0) << log;
 
   // The text format by default.
   std::string r = http_exchange(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");

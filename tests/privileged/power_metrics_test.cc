@@ -116,11 +116,8 @@ struct daemon_run {
   }
   ::testing::AssertionResult up() {
     if (!d->wait_for_stderr("[started]")) return ::testing::AssertionFailure() << d->stderr_text();
-    std::smatch m;
-    const std::string log = d->stderr_text();
-    if (!std::regex_search(log, m, std::regex(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/metrics)")))
-      return ::testing::AssertionFailure() << "no /metrics line: " << log;
-    port = std::stoi(m[1]);
+    port = test::metrics_port(d->stderr_text());
+    if (!port) return ::testing::AssertionFailure() << "no /metrics line: " << d->stderr_text();
     if (!d->wait_for_stderr("[vm.up] g1") || !d->wait_for_stderr("[vm.up] g2"))
       return ::testing::AssertionFailure() << d->stderr_text();
     return ::testing::AssertionSuccess();
@@ -339,11 +336,8 @@ struct delivering_daemon {
   }
   ::testing::AssertionResult up(const std::vector<const fake_vm*>& vms) {
     if (!d->wait_for_stderr("[started]")) return ::testing::AssertionFailure() << d->stderr_text();
-    std::smatch m;
-    const std::string log = d->stderr_text();
-    if (!std::regex_search(log, m, std::regex(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/metrics)")))
-      return ::testing::AssertionFailure() << "no /metrics line: " << log;
-    port = std::stoi(m[1]);
+    port = test::metrics_port(d->stderr_text());
+    if (!port) return ::testing::AssertionFailure() << "no /metrics line: " << d->stderr_text();
     for (const auto* vm : vms)
       if (!d->wait_for_stderr("connected to view channel " + vm->chan) || !vm->qemu->wait_for_stderr("welcome"))
         return ::testing::AssertionFailure() << d->stderr_text() << "\n" << vm->qemu->stderr_text();

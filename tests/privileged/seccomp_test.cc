@@ -188,10 +188,8 @@ TEST(Seccomp, TheDaemonsWorkRunsUnderTheFilterToItsDrain) {
   const bool netfilter = d.stderr_text().find("[probe.unavailable] net.l4.send") == std::string::npos;
 
   const std::string log = d.stderr_text();
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/metrics)")))
-      << log;
-  const int port = std::stoi(m[1]);
+  const int port = test::metrics_port(log);
+  ASSERT_NE(port, 0) << log;
   for (const std::string& req : std::vector<std::string>{"top", "vms", "views", "views " + name, "stats " + name, "kvm 1",
                                 "sessions", "mark " + name + " 3"}) {
     auto a = admin_query(sock, req);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <regex>
 
 namespace magnet::test {
 
@@ -40,6 +41,12 @@ std::pair<int, std::string> http_get(int port, const std::string& target, const 
   if (out.rfind("HTTP/1.", 0) == 0 && out.size() > 12) status = std::atoi(out.c_str() + 9);
   size_t at = out.find("\r\n\r\n");
   return {status, at == std::string::npos ? "" : out.substr(at + 4)};
+}
+
+int metrics_port(const std::string& daemon_log) {
+  static const std::regex line(R"(\[http\] serving /metrics on http://127\.0\.0\.1:(\d+)/metrics\n)");
+  std::smatch m;
+  return std::regex_search(daemon_log, m, line) ? std::stoi(m[1]) : 0;
 }
 
 }  // namespace magnet::test

@@ -14,5 +14,8 @@ std::string http_exchange(int port, const std::string& request);
 // A GET of @target (with an Accept header when @accept is not empty):
 // the status (0 when there was no HTTP reply) and the body.
 std::pair<int, std::string> http_get(int port, const std::string& target, const std::string& accept = "");
+// The port of `magnet host --http 127.0.0.1:0` from its log ("[http] serving
+// /metrics on http://127.0.0.1:PORT/metrics"); 0 when the log has no such line.
+int metrics_port(const std::string& daemon_log);
 
 }  // namespace magnet::test

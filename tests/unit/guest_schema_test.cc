@@ -493,7 +493,9 @@ TEST(GuestStats, SafeStatsAreExactlyTheSpecifiedOnes) {
   std::set<std::string_view> safe;
   for (const auto& s : all_stats()) {
     if (guest_safe_stat(s.id)) safe.insert(s.name);
-    if (s.id >= 0x0800) EXPECT_FALSE(guest_safe_stat(s.id)) << s.name << ": the agent's, not the host's";
+    if (s.id >= 0x0800) {
+      EXPECT_FALSE(guest_safe_stat(s.id)) << s.name << ": the agent's, not the host's";
+    }
   }
   EXPECT_EQ(safe, guest_safe_stat_names());
   for (const auto& n : {"power.watts", "energy.joules", "power.source", "power.model_err_watts"}) {
