@@ -87,6 +87,65 @@ TEST_F(DirectLab, ControlChannelGivesUpOnAGuestThatStopsAnswering) {
   EXPECT_EQ(n.out, "next\n") << n.Describe();
 }
 
+// One request in the control channel's own protocol (vm-images/common/magnet-ctl), as a raw
+// client on the guest's ctl.sock: the answer's base64 output and status ("" and -1 when none
+// came within @timeout_s).
+struct ctl_answer {
+  std::string out_b64;
+  int rc = -1;
+};
+ctl_answer CtlRequest(const std::string& sock, const std::string& id, const std::string& line, int timeout_s) {
+  ctl_answer a;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return a;
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    close(fd);
+    return a;
+  }
+  std::string got;
+  const std::string rc_line = "@@MAGNET-RC " + id + " ";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (got.find(rc_line) == std::string::npos || got.find('\n', got.find(rc_line)) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    char buf[512];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  std::smatch m;
+  if (std::regex_search(got, m, std::regex("@@MAGNET-OUT " + id + "\n([A-Za-z0-9+/=\n]*)@@MAGNET-RC " + id + " (\\d+)")))
+    a = {m[1].str(), std::stoi(m[2].str())};
+  return a;
+}
+
+// A request runs only when it arrived whole: one that ends with its base64's length runs when
+// the base64 has that length and is refused (253, not run) when it has not, without a process
+// to check it (each one costs 12-15 ms in the nested lab); one without the length (cut short
+// before it) is checked as a script, and a cut one refused.
+TEST_F(DirectLab, ControlChannelRunsOnlyARequestThatArrivedWhole) {
+  REQUIRE_LAB();
+  const std::string sock = lab()->state_dir() + "/guests/g1/ctl.sock";
+  const std::string echo_whole = "ZWNobyB3aG9sZQ==";  // "echo whole"
+  auto whole = CtlRequest(sock, "w1", "RUN w1 10 " + echo_whole + " 16\n", bounds().Quick());
+  EXPECT_EQ(whole.rc, 0);
+  EXPECT_EQ(whole.out_b64, "d2hvbGUK\n");  // "whole\n"
+  auto short_len = CtlRequest(sock, "w2", "RUN w2 10 " + echo_whole + " 17\n", bounds().Quick());
+  EXPECT_EQ(short_len.rc, 253) << "a base64 shorter than its stated length must not run";
+  // "if true; then echo whole; fi" cut after 16 base64 characters, its length lost with the rest.
+  auto cut = CtlRequest(sock, "w3", "RUN w3 10 aWYgdHJ1ZTsgdGhl\n", bounds().Quick());
+  EXPECT_EQ(cut.rc, 253) << "a cut script must not run";
+  auto n = lab()->Run("g1", "echo next");
+  EXPECT_EQ(n.status, 0) << n.Describe();
+  EXPECT_EQ(n.out, "next\n") << n.Describe();
+}
+
 TEST_F(DirectLab, VirtioSerialMessageRoundTrip) {
   REQUIRE_LAB();
   // Guest side: wait (bounded) for one line on org.magnet.test.0 and answer "echo:<line>".

@@ -23,8 +23,9 @@ LAB_BRIDGE=magbr0
 LAB_NET_PREFIX=10.77.0
 LAB_CTL_NAME=org.magnet.ctl.0
 
-lab_log() { printf '[lab] %s\n' "$*" >&2; }
-lab_err() { printf '[lab] ERROR: %s\n' "$*" >&2; }
+# lab_log, lab_err, lab_now and the control-channel client (lab_ctl_exec, lab_ctl_ping).
+# shellcheck source=tools/lab.d/ctl-lib.sh
+source "$LAB_LIB_DIR/ctl-lib.sh"
 lab_die() { lab_err "$*"; exit 1; }
 
 lab_inside_labhost() { grep -qw 'magnet.role=labhost' /proc/cmdline 2>/dev/null; }
@@ -43,80 +44,6 @@ lab_detect_mode() {
   esac
 }
 
-lab_now() { date +%s; }
-
-# ---------------------------------------------------------------------------------------------
-# Control channel client (protocol: vm-images/common/magnet-ctl).
-# lab_ctl_exec SOCK TIMEOUT CMD: run CMD in the VM, print its output, return its exit status.
-# Returns 124 (and prints an error) when no answer arrives in TIMEOUT+10 s.
-lab_ctl_exec() {
-  # A request garbled on the wire (rc 253 from magnet-ctl: it did not run) is sent once more.
-  local rc=0
-  lab_ctl_exec_once "$@" || rc=$?
-  if (( rc == 253 )); then
-    lab_log "control channel $1: request arrived garbled, sending it again"
-    rc=0
-    lab_ctl_exec_once "$@" || rc=$?
-  fi
-  return "$rc"
-}
-
-lab_ctl_exec_once() {
-  local sock="$1" to="$2" cmd="$3" id b64 line out="" rc="" state=wait deadline remaining eof=0
-  [[ -S "$sock" ]] || { lab_err "control socket $sock does not exist"; return 125; }
-  id="$$-$RANDOM$RANDOM"
-  b64="$(printf '%s' "$cmd" | base64 -w0)"
-  # timeout: a second bound, independent of this loop's, so that whatever
-  # socat or the read below wait for, the exchange ends (CI once saw a run
-  # outlive its own deadline by 50 s, cause unknown).
-  coproc LAB_CTL { exec timeout -k 2 $((to + 12)) socat -t 2 - "UNIX-CONNECT:$sock" 2>/dev/null; }
-  local cpid=$LAB_CTL_PID rfd=${LAB_CTL[0]} wfd=${LAB_CTL[1]}
-  { printf 'RUN %s %s %s\n' "$id" "$to" "$b64" 1>&"$wfd"; } 2>/dev/null || true
-  deadline=$(( $(lab_now) + to + 10 ))
-  while :; do
-    remaining=$(( deadline - $(lab_now) ))
-    (( remaining > 0 )) || break
-    if IFS= read -r -t "$remaining" line <&"$rfd"; then
-      case "$line" in
-        "@@MAGNET-OUT $id") state=out ;;
-        "@@MAGNET-RC $id "*) rc="${line##* }"; break ;;
-        *) [[ "$state" == out ]] && out+="$line" ;;
-      esac
-    else
-      (( $? > 128 )) && continue
-      eof=1
-      break
-    fi
-  done
-  kill "$cpid" 2>/dev/null || true
-  wait "$cpid" 2>/dev/null || true
-  if [[ -z "$rc" ]]; then
-    if (( eof )); then
-      lab_err "control channel $sock closed before the command finished (VM gone?)"
-    else
-      lab_err "no answer on control channel $sock within $((to + 10)) s"
-    fi
-    return 124
-  fi
-  [[ -n "$out" ]] && printf '%s' "$out" | base64 -d
-  return "$rc"
-}
-
-# lab_ctl_ping SOCK: 0 when the control loop answers within 3 s.
-lab_ctl_ping() {
-  local sock="$1" id line ok=1
-  [[ -S "$sock" ]] || return 1
-  id="p$$-$RANDOM"
-  coproc LAB_PING { exec socat -t 1 - "UNIX-CONNECT:$sock" 2>/dev/null; }
-  local cpid=$LAB_PING_PID rfd=${LAB_PING[0]} wfd=${LAB_PING[1]}
-  { printf 'PING %s\n' "$id" 1>&"$wfd"; } 2>/dev/null || true
-  while IFS= read -r -t 3 line <&"$rfd"; do
-    if [[ "$line" == "@@MAGNET-PONG $id" ]]; then ok=0; break; fi
-  done
-  kill "$cpid" 2>/dev/null || true
-  wait "$cpid" 2>/dev/null || true
-  return $ok
-}
 
 # lab_wait_ready NAME CONSOLE_LOG CTL_SOCK TIMEOUT [PID]: wait for the readiness line on the
 # console and an answer on the control channel. PID (optional): fail early when it dies.
@@ -871,7 +798,10 @@ lab_run() { # GUEST TIMEOUT CMD
   [[ -n "$mode" ]] || { lab_err "no lab is up (state: $LAB_STATE)"; return 2; }
   if [[ "$mode" == nested ]]; then
     if [[ "$g" == labhost ]]; then lab_labhost_exec "$to" "$cmd"; return; fi
-    lab_labhost_lab $((to + 15)) run-timeout "$g" "$to" "$cmd"; return
+    # guest-run.sh: the control-channel client alone, not all of this library (docs/lab.md,
+    # "Bounds": a nested round trip).
+    lab_labhost_exec $((to + 15)) "bash /mnt/magnetsrc/tools/lab.d/guest-run.sh $(printf '%q ' "$g" "$to" "$cmd")"
+    return
   fi
   [[ -d "$(lab_guest_dir "$g")" ]] || { lab_err "no guest named $g (guests: $(lab_guests | tr '\n' ' '))"; return 2; }
   lab_ctl_exec "$(lab_guest_dir "$g")/ctl.sock" "$to" "$cmd"
