@@ -1,4 +1,5 @@
 #include "magnet/config_file.h"
+#include "magnet/text.h"
 
 #include <cerrno>
 #include <fstream>
@@ -7,12 +8,6 @@
 namespace magnet {
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-  const size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
 
 bool key_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||

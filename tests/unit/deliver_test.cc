@@ -622,8 +622,11 @@ TEST_F(DeliverTest, GuestGetsOnlyGuestSafeRecordsOfItsOwnVmCleaned) {
     ASSERT_NE(it, expect.end());
     ASSERT_EQ(r.size(), it->second.size());
     const size_t id_at = offsetof(magnet_hdr, abstract_id);
-    for (size_t i = 0; i < r.size(); ++i)
-      if (i < id_at || i >= id_at + 8) EXPECT_EQ(r[i], it->second[i]) << "byte " << i;
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (i < id_at || i >= id_at + 8) {
+        EXPECT_EQ(r[i], it->second[i]) << "byte " << i;
+      }
+    }
     switch (view::guest_row_of(h.type)->id) {
       case view::guest_id::zero: EXPECT_EQ(h.abstract_id, 0u); break;
       case view::guest_id::flow: EXPECT_EQ(h.abstract_id, 0xA5A5A5A5A5A5A5A5u); break;

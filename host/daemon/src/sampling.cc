@@ -8,15 +8,10 @@
 
 #include "magnet/cli.h"
 #include "magnet/events.h"
+#include "magnet/text.h"
 
 namespace magnet::host {
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
-}
 
 // One "PROBE=N" (@part, already trimmed).
 result<sample_spec> parse_one(std::string_view part) {

@@ -11,6 +11,7 @@
 #include "magnet/event.h"
 #include "magnet/record.h"
 #include "magnet/trace_file.h"
+#include "magnet/text.h"
 #include "magnet/view.h"
 
 namespace magnet::host {
@@ -18,12 +19,6 @@ namespace magnet::host {
 // ---------------------------------------------------------------- negotiation
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 bool iequal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {

@@ -1,0 +1,18 @@
+// Text helpers shared by magnet's small parsers: settings files, HTTP
+// header values, option lists.
+#pragma once
+
+#include <string_view>
+
+namespace magnet {
+
+// @s without its leading and trailing blanks: spaces, tabs, and the
+// carriage return a file with CRLF line ends leaves at a line's end.
+inline std::string_view trim(std::string_view s) {
+  constexpr std::string_view blanks = " \t\r";
+  const size_t b = s.find_first_not_of(blanks);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(blanks) - b + 1);
+}
+
+}  // namespace magnet
