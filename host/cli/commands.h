@@ -18,6 +18,8 @@ int cmd_sessions(cli::args& a);
 int cmd_mark(cli::args& a);
 int cmd_stats(cli::args& a);
 int cmd_kvm(cli::args& a);
+int cmd_place(cli::args& a);
+int cmd_fleet_config(cli::args& a);
 
 // Set by SIGINT/SIGTERM; the loops of record and stat watch it.
 bool stop_requested();

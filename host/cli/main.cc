@@ -28,6 +28,10 @@ const char* kHelp =
     "  sessions the daemon's connections into VMs (their views' delivery)\n"
     "  mark     set a VM's host.marker (delivery latency probes)\n"
     "  stats    what the daemon delivers into one VM (JSON)\n"
+    "  place    a power-aware placement plan for a fleet, from its Prometheus\n"
+    "           and libvirt; --apply performs it by live migration\n"
+    "  fleet-config  a prometheus.yml for the fleet's Prometheus: each host's\n"
+    "           daemon, labelled with the host's name\n"
     "\n"
     "Global options, before or after COMMAND:\n"
     "  -v, --verbose   more log: -v info and libbpf's warnings (the verifier\n"
@@ -77,6 +81,8 @@ int main(int argc, char** argv) {
     if (cmd == "sessions") return host::cmd_sessions(rest);
     if (cmd == "mark") return host::cmd_mark(rest);
     if (cmd == "stats") return host::cmd_stats(rest);
+    if (cmd == "place") return host::cmd_place(rest);
+    if (cmd == "fleet-config") return host::cmd_fleet_config(rest);
     std::fprintf(stderr, "magnet: unknown command '%s'\nTry 'magnet --help'.\n", cmd.c_str());
     return 2;
   } catch (const cli::usage_error& e) {

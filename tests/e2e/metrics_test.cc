@@ -5,8 +5,9 @@
 // with that VM's domain and UUID, agreeing with what iperf3 measured.
 // And the live dashboard in a real browser (Debian's chromium driven by
 // playwright-core, tests/e2e/browser/): both VMs' panels live during
-// traffic, agreeing with `magnet top --json`; a tenant token sees its VM
-// alone.
+// traffic, agreeing with `magnet top --json`, and the power chart (a power
+// model given) with the host's and each VM's series; a tenant token sees its
+// VM alone, and no host power.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -286,10 +287,14 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
     f << op << " all\n" << tenant << " g1\n";
   }
   ASSERT_EQ(::chmod(tokens.c_str(), 0600), 0);
+  // A power model (the lab's host has no RAPL): the power chart has data.
+  const std::string model = art + "/power-model.conf";
+  std::ofstream(model, std::ios::trunc) << "# HP ProLiant ML110 G4, SPECpower_ssj2008\nidle = 86\nfull = 117\n";
   // One stream event per tick (100 ms): the page is at most a tick behind
   // `magnet top`, which the comparison below relies on.
   Background daemon(magnet + " -v host --socket " + sock + " --http 127.0.0.1:0 --http-tokens " + tokens +
-                        " --http-stream-interval 100ms --duration " + std::to_string(bounds().Test()),
+                        " --http-stream-interval 100ms --power-model " + model + " --duration " +
+                        std::to_string(bounds().Test()),
                     art + "/host.log");
   const int port = LoggedPort(art + "/host.log", R"(\[http\] dashboard on http://127\.0\.0\.1:(\d+)/ )");
   ASSERT_GT(port, 0) << ReadFileText(art + "/host.log");
@@ -345,6 +350,7 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
               {"out_dir", art},
               {"snapshots", 7},
               {"need_traffic", true},
+              {"need_power", true},
               {"quick_s", bounds().Quick()},
               {"ready_s", bounds().Ready()}};
   std::ofstream(art + "/browser-config.json", std::ios::trunc) << cfg.dump(1);
@@ -368,7 +374,8 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
   // (one pair may straddle a tick: the page then shows the one before).
   for (const std::string g : {"g1", "g2"}) {
     for (const auto& [attr, field] : std::vector<std::pair<std::string, std::string>>{
-             {"tx-mbps", "tx_mbps"}, {"vcpu-run", "vcpu_run"}, {"vcpu-halt", "vcpu_halt"}}) {
+             {"tx-mbps", "tx_mbps"}, {"vcpu-run", "vcpu_run"}, {"vcpu-halt", "vcpu_halt"},
+             {"power-watts", "power_watts"}}) {
       std::vector<double> diffs;
       double page_sum = 0;
       for (const auto& s : o["snapshots"]) {
@@ -389,6 +396,27 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
       std::printf("[e2e] dashboard %s %s: mean on the page %.3f, median difference from magnet top %.2f %%\n",
                   g.c_str(), attr.c_str(), page_sum / o["snapshots"].size(), median * 100);
     }
+  }
+  // The power chart: the host's and each VM's series, drawn, with samples;
+  // its "no power source" note hidden.
+  const json& pw = o["power"];
+  EXPECT_FALSE(pw["hidden"].get<bool>()) << pw.dump();
+  EXPECT_FALSE(pw["chart_hidden"].get<bool>()) << pw.dump();
+  EXPECT_TRUE(pw["note_hidden"].get<bool>()) << pw.dump();
+  EXPECT_TRUE(pw["source"] == "model" || pw["source"] == "rapl") << pw.dump();
+  EXPECT_EQ(pw["series"], json({"host", "g1", "g2"})) << pw.dump();
+  EXPECT_GE(pw["samples"].get<int>(), 3) << pw.dump();
+  EXPECT_TRUE(pw["canvas"].get<bool>()) << "uPlot drew the chart: " << pw.dump();
+  EXPECT_EQ(pw["legend"], json({"host (" + pw["source"].get<std::string>() + ")", "g1", "g2"})) << pw.dump();
+  if (pw["source"] == "model") {
+    const double host_w = std::stod(pw["host_watts"].get<std::string>());
+    EXPECT_GE(host_w, 86 - 1e-9) << pw.dump();
+    EXPECT_LE(host_w, 117 + 1e-9) << pw.dump();
+  }
+  for (const std::string g : {"g1", "g2"}) {
+    double sum = 0;
+    for (const auto& s : o["snapshots"]) sum += std::stod(s["dom"][g]["power-watts"].get<std::string>());
+    EXPECT_GT(sum, 0) << g << ": its vCPU ran with traffic, no share on its panel";
   }
   EXPECT_EQ(o["drill"]["title"], "views of g1");
   EXPECT_NE(std::find(o["drill"]["views"].begin(), o["drill"]["views"].end(), "guest-tx"), o["drill"]["views"].end());
@@ -412,6 +440,14 @@ TEST_F(MetricsDirect, DashboardInChromiumShowsBothVmsLiveAndATenantOnlyItsOwn) {
     EXPECT_EQ(d.find(uuid["g2"]), std::string::npos) << d;
     EXPECT_NE(d.find("\"g1\""), std::string::npos) << d;
   }
+  // The tenant's power chart: its VM's share alone, never the host's.
+  const json& tp = t["power"];
+  EXPECT_FALSE(tp["chart_hidden"].get<bool>()) << tp.dump();
+  EXPECT_EQ(tp["series"], json({"g1"})) << tp.dump();
+  EXPECT_EQ(tp["legend"], json({"g1"})) << tp.dump();
+  EXPECT_EQ(tp["source"], "share") << tp.dump();
+  EXPECT_EQ(tp["host_watts"], "") << tp.dump();
+  EXPECT_GE(tp["samples"].get<int>(), 3) << tp.dump();
   EXPECT_EQ(t["views_own"], 200);
   EXPECT_EQ(t["views_other"], 403);
   EXPECT_EQ(t["views_other_uuid"], 403);

@@ -2,7 +2,7 @@
 // VMs of libvirt's test driver (g1, g2, from a node file): the page and its
 // embedded files, /api/... agreeing with `magnet top --json`, the event
 // stream's ticks, tokens (401), tenants that see only their VM (403
-// elsewhere), and a slow stream reader that costs dropped samples (counted
+// elsewhere) and only its share of the host's power, and a slow stream reader that costs dropped samples (counted
 // exactly), not daemon memory.  And as an attacker tries it: a page of
 // another name rebound onto 127.0.0.1, streams and idle connections by the
 // dozen against the operator's scrape, refusals that would keep their
@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -442,6 +443,61 @@ TEST(Dashboard, TokensAndTenantsSeeOnlyWhatTheyMay) {
   EXPECT_EQ(names(json::parse(r.body)), (std::set<std::string>{"g1"}));
   EXPECT_EQ(t.d->stop(SIGTERM), 0) << t.d->stderr_text();
   unlink(tokens.c_str());
+}
+
+// The power chart's data: with a power model, an operator's JSON has the
+// host's power (source, watts, energy) and each VM's share (power_watts,
+// energy_joules, as /metrics has them); a tenant's has its VM's share and
+// never the host's.  Without a source all of them are null.  The page has
+// the chart and its note.
+TEST(Dashboard, PowerTheHostsForOperatorsEachVmsShareNullWithoutASource) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  const std::string tokens = tmp("power-tokens"), model = tmp("power-model.conf"), empty = tmp("no-powercap");
+  std::filesystem::create_directories(empty);
+  std::ofstream(tokens, std::ios::trunc) << kOp << " all\n" << kT1 << " g1\n";
+  ASSERT_EQ(chmod(tokens.c_str(), 0600), 0);
+  std::ofstream(model, std::ios::trunc) << "idle = 86\nfull = 117\n";
+  {
+    daemon_under_test t({"--http-tokens", tokens, "--powercap-root", empty, "--power-model", model});
+    ASSERT_TRUE(t.up());
+    reply r = get(t.port, "/", bearer(kOp));
+    EXPECT_NE(r.body.find("<section id=\"power\""), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("No power source on this host"), std::string::npos) << r.body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the meter's window full
+    json op = json::parse(get(t.port, "/api/vms", bearer(kOp)).body);
+    ASSERT_TRUE(op["power"].is_object()) << op.dump();
+    EXPECT_EQ(op["power"]["source"], "model");
+    EXPECT_GE(op["power"]["watts"].get<double>(), 86 - 1e-9) << op.dump();
+    EXPECT_LE(op["power"]["watts"].get<double>(), 117 + 1e-9) << op.dump();
+    EXPECT_GT(op["power"]["energy_joules"].get<double>(), 86) << "over a second at least idle";
+    ASSERT_EQ(op["vms"].size(), 2u);
+    for (const auto& v : op["vms"]) {
+      EXPECT_TRUE(v["power_watts"].is_number()) << v.dump();
+      EXPECT_TRUE(v["energy_joules"].is_number()) << v.dump();
+    }
+    json tn = json::parse(get(t.port, "/api/vms", bearer(kT1)).body);
+    EXPECT_FALSE(tn.contains("power")) << "the host's power is not a tenant's: " << tn.dump();
+    ASSERT_EQ(tn["vms"].size(), 1u);
+    EXPECT_TRUE(tn["vms"][0]["power_watts"].is_number()) << tn.dump();
+    EXPECT_TRUE(tn["vms"][0]["energy_joules"].is_number()) << tn.dump();
+    stream_reader s(t.port, bearer(kT1));
+    ASSERT_EQ(s.head().rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+    json e = json::parse(s.next_sample()["data"]);
+    EXPECT_FALSE(e.contains("power")) << e.dump();
+    EXPECT_TRUE(e["vms"][0].contains("power_watts")) << e.dump();
+  }
+  daemon_under_test t({"--powercap-root", empty});
+  ASSERT_TRUE(t.up());
+  json none = json::parse(get(t.port, "/api/vms").body);
+  ASSERT_TRUE(none.contains("power"));
+  EXPECT_TRUE(none["power"].is_null()) << none.dump();
+  for (const auto& v : none["vms"]) {
+    EXPECT_TRUE(v["power_watts"].is_null()) << v.dump();
+    EXPECT_TRUE(v["energy_joules"].is_null()) << v.dump();
+  }
+  unlink(tokens.c_str());
+  unlink(model.c_str());
+  std::filesystem::remove_all(empty);
 }
 
 TEST(Dashboard, ASlowStreamReaderLosesSamplesCountedNotDaemonMemory) {

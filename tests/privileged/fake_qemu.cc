@@ -1,13 +1,16 @@
 // magnet_fake_qemu: a stand-in for a VM's QEMU and its guest agent, for
 // privileged tests with libvirt's test driver (no VM, no vsock).
 //
-//   magnet_fake_qemu CHANNEL SECONDS DUTY_MS
+//   magnet_fake_qemu CHANNEL SECONDS DUTY_MS [IO_DUTY_MS VHOST_DUTY_MS]
 //
 // The test names this process in libvirt's pid file, so the daemon's
 // registry takes it for the VM's QEMU.  It has a thread named as QEMU names
 // a vCPU thread ("CPU 0/KVM") that runs DUTY_MS in every 10 (the sched probe
 // counts that as the VM's vCPU run time: the VM gets a share of the host's
-// power), and listens on CHANNEL, the VM's view channel (a unix socket, as
+// power); with IO_DUTY_MS and VHOST_DUTY_MS above 0, a thread named as QEMU
+// names an I/O thread ("IO iothread1") and one named as a vhost worker of
+// kernels since 6.4 ("vhost-PID", a thread of its owner) that run so long in
+// every 10 ms (their CPU time is the VM's work too).  It listens on CHANNEL, the VM's view channel (a unix socket, as
 // QEMU's virtio-serial chardev is), where the daemon connects.  There it
 // speaks for the guest agent: hello, a subscription to every stat every
 // 100 ms, then each stats frame as one JSON line on stderr:
@@ -48,10 +51,10 @@ uint64_t now_ns() {
 
 std::atomic<bool> stop{false};
 
-// Runs @duty_ms in every 10: some vCPU run time, not a whole CPU of a
-// shared machine.
-void vcpu(int duty_ms) {
-  pthread_setname_np(pthread_self(), "CPU 0/KVM");
+// Runs @duty_ms in every 10 as thread @name: some CPU time, not a whole CPU
+// of a shared machine.
+void burn(std::string name, int duty_ms) {
+  pthread_setname_np(pthread_self(), name.c_str());
   while (!stop) {
     const uint64_t until = now_ns() + static_cast<uint64_t>(duty_ms) * 1'000'000;
     while (now_ns() < until) {
@@ -119,13 +122,17 @@ int serve(int c, std::chrono::steady_clock::time_point deadline) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int duty = argc == 4 ? std::atoi(argv[3]) : -1;
-  if (duty < 0 || duty > 10) {
-    std::fprintf(stderr, "usage: magnet_fake_qemu CHANNEL SECONDS DUTY_MS (0 to 10)\n");
+  const int duty = argc == 4 || argc == 6 ? std::atoi(argv[3]) : -1;
+  const int io = argc == 6 ? std::atoi(argv[4]) : 0, vhost = argc == 6 ? std::atoi(argv[5]) : 0;
+  if (duty < 0 || duty > 10 || io < 0 || io > 10 || vhost < 0 || vhost > 10) {
+    std::fprintf(stderr, "usage: magnet_fake_qemu CHANNEL SECONDS DUTY_MS [IO_DUTY_MS VHOST_DUTY_MS] (each 0 to 10)\n");
     return 2;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(std::atoi(argv[2]));
-  std::thread t(vcpu, duty);
+  std::vector<std::thread> threads;
+  threads.emplace_back(burn, "CPU 0/KVM", duty);
+  if (io) threads.emplace_back(burn, "IO iothread1", io);
+  if (vhost) threads.emplace_back(burn, "vhost-" + std::to_string(getpid()), vhost);
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", argv[1]);
@@ -134,10 +141,10 @@ int main(int argc, char** argv) {
   if (l < 0 || ::bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof sa) || ::listen(l, 4)) {
     std::fprintf(stderr, "cannot listen on %s: %s\n", argv[1], std::strerror(errno));
     stop = true;
-    t.join();
+    for (auto& t : threads) t.join();
     return 1;
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the thread has its name
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the threads have their names
   std::fprintf(stderr, "ready\n");
   int rc = 0;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -151,7 +158,7 @@ int main(int argc, char** argv) {
     break;
   }
   stop = true;
-  t.join();
+  for (auto& t : threads) t.join();
   ::close(l);
   ::unlink(argv[1]);
   return rc;

@@ -9,6 +9,9 @@
 // VMs' QEMU and guest agent are magnet_fake_qemu processes of this test (a
 // vCPU thread by name, the guest's end of the view channel; no vsock),
 // whose figures are /metrics' at the same tick; and magnet top's W column.
+// And a VM's vhost worker and QEMU I/O thread (threads of the fake QEMU,
+// named as theirs are) counted as its work: its energy follows all of its
+// QEMU's threads' CPU time, not its vCPU's alone.
 #include <gtest/gtest.h>
 #include <time.h>
 #include <unistd.h>
@@ -262,15 +265,18 @@ struct guest_frame {
 };
 
 // A test-driver VM whose QEMU is a magnet_fake_qemu of this test (libvirt's
-// pid file names it; its vCPU thread runs @duty_ms in every 10 ms) and
-// whose guest agent is that same process at the VM's view channel.
+// pid file names it; its vCPU thread runs @duty_ms in every 10 ms, an I/O
+// thread @io_ms and a vhost worker @vhost_ms when above 0) and whose guest
+// agent is that same process at the VM's view channel.
 struct fake_vm {
   std::string name, uuid, chan, pidf;
   std::unique_ptr<child> qemu;
-  fake_vm(const std::string& n, const std::string& u, int duty_ms)
+  fake_vm(const std::string& n, const std::string& u, int duty_ms, int io_ms = 0, int vhost_ms = 0)
       : name(n + std::to_string(getpid())), uuid(u), chan(power_tmp(n + ".chan")),
         pidf("/run/libvirt/qemu/" + name + ".pid") {
-    qemu = std::make_unique<child>(std::vector<std::string>{MAGNET_FAKE_QEMU_BIN, chan, "60", std::to_string(duty_ms)});
+    std::vector<std::string> argv{MAGNET_FAKE_QEMU_BIN, chan, "60", std::to_string(duty_ms)};
+    if (io_ms || vhost_ms) argv.insert(argv.end(), {std::to_string(io_ms), std::to_string(vhost_ms)});
+    qemu = std::make_unique<child>(argv);
     if (!qemu->wait_for_stderr("ready")) ADD_FAILURE() << qemu->stderr_text();
     fs::create_directories("/run/libvirt/qemu");
     std::ofstream(pidf, std::ios::trunc) << qemu->pid() << "\n";
@@ -435,6 +441,80 @@ TEST(PowerMetrics, EachGuestGetsItsOwnPowerAsOnMetricsAtTheSameTick) {
   EXPECT_GT(fb.back().stats.at("energy.joules")["value"].get<double>(),
             fa.back().stats.at("energy.joules")["value"].get<double>())
       << "b's vCPU runs four times as long as a's";
+}
+
+// The CPU time so far of each thread of @pid by name, in seconds
+// (/proc/PID/task/*/schedstat, the kernel's own figure).
+std::map<std::string, double> threads_cpu(pid_t pid) {
+  std::map<std::string, double> out;
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& e : fs::directory_iterator(task)) {
+    std::ifstream comm(e.path() / "comm"), stat(e.path() / "schedstat");
+    std::string name;
+    uint64_t ns = 0;
+    if (std::getline(comm, name) && stat >> ns) out[name] += static_cast<double>(ns) / 1e9;
+  }
+  return out;
+}
+
+// A VM's vhost workers and QEMU's I/O threads are its work too: three VMs
+// whose vCPU threads run alike (1 ms in 10), b with an I/O thread ("IO
+// iothread1") and c with a vhost worker ("vhost-PID", a thread of its QEMU
+// as since Linux 6.4) running 4 ms in 10 more.  Over the same seconds each
+// VM's energy against a's is its QEMU's threads' CPU time against a's (all
+// of them count: the vCPU's run time from the sched probe, the others from
+// /proc), not its vCPU's alone (as before these threads were read).  What
+// the threads get of a shared machine is measured, not assumed.
+TEST(PowerMetrics, VhostWorkersAndIoThreadsCountForTheirVm) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to load probes";
+  rapl_tree tree;
+  fake_vm a("mghta", "11111111-2222-3333-4444-5555555555f1", 1),
+      b("mghtb", "11111111-2222-3333-4444-5555555555f2", 1, 4, 0),
+      c("mghtc", "11111111-2222-3333-4444-5555555555f3", 1, 0, 4);
+  delivering_daemon t({&a, &b, &c}, {"--powercap-root", tree.root});
+  ASSERT_TRUE(t.up({&a, &b, &c}));
+  // The threads' files are read as the daemon runs: its privileges dropped,
+  // under its syscall filter.
+  EXPECT_NE(t.d->stderr_text().find("[privileges] capabilities kept: "), std::string::npos) << t.d->stderr_text();
+  EXPECT_NE(t.d->stderr_text().find("[seccomp] syscall filter on"), std::string::npos) << t.d->stderr_text();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // every VM past its baseline
+  std::map<const fake_vm*, std::map<std::string, double>> cpu1, cpu2;
+  for (const fake_vm* vm : {&a, &b, &c}) cpu1[vm] = threads_cpu(vm->qemu->pid());
+  const std::string p1 = test::http_get(t.port, "/metrics").second;
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  for (const fake_vm* vm : {&a, &b, &c}) cpu2[vm] = threads_cpu(vm->qemu->pid());
+  const std::string p2 = test::http_get(t.port, "/metrics").second;
+  struct work {
+    double joules = 0, all_s = 0, vcpu_s = 0;
+  };
+  std::map<const fake_vm*, work> w;
+  for (const fake_vm* vm : {&a, &b, &c}) {
+    w[vm].joules = vm_sample(p2, "magnet_vm_energy_joules_total", *vm) -
+                   vm_sample(p1, "magnet_vm_energy_joules_total", *vm);
+    for (const auto& [name, s2] : cpu2[vm]) {
+      const double ran = s2 - cpu1[vm][name];
+      w[vm].all_s += ran;
+      if (name == "CPU 0/KVM") w[vm].vcpu_s += ran;
+    }
+    std::printf("[power] %s: %.3f J in 4 s; its QEMU's threads ran %.3f s, its vCPU %.3f s\n", vm->name.c_str(),
+                w[vm].joules, w[vm].all_s, w[vm].vcpu_s);
+  }
+  ASSERT_GT(w[&a].joules, 0) << "its vCPU ran: " << p2;
+  for (const fake_vm* vm : {&b, &c}) {
+    SCOPED_TRACE(vm->name);
+    const double all = w[vm].all_s / w[&a].all_s, vcpu = w[vm].vcpu_s / w[&a].vcpu_s;
+    ASSERT_GT(all, 1.5 * vcpu) << "its helper thread did not get enough CPU here to tell";
+    const double got = w[vm].joules / w[&a].joules;
+    EXPECT_NEAR(got, all, 0.25 * all) << "its energy over a's: " << got << "; its threads' CPU time over a's: "
+                                      << all << "; its vCPU's over a's: " << vcpu;
+  }
+  // The page still adds up.
+  const double host = samples(p2, "magnet_host_energy_joules_total")["{source=\"rapl\"}"];
+  double sum = 0;
+  for (const auto& [labels, j] : samples(p2, "magnet_vm_energy_joules_total")) sum += j;
+  for (const auto& [labels, j] : samples(p2, "magnet_host_energy_part_joules_total")) sum += j;
+  EXPECT_NEAR(sum, host, 0.01 * host) << p2;
+  EXPECT_EQ(t.d->stderr_text().find("[power] /"), std::string::npos) << "no reading failed: " << t.d->stderr_text();
 }
 
 // magnet top: W, each VM's power, in the table and as power_watts in the

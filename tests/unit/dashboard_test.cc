@@ -205,6 +205,22 @@ TEST(DashboardAccess, TenantJsonKeepsOnlyItsVmAndNoHostWideFields) {
   EXPECT_EQ(for_access(dash, access{false, "g3"})["vms"].size(), 0u);
 }
 
+// The power chart's data: a tenant keeps its VM's share (power_watts,
+// energy_joules) and never the host's power, whose total would tell it the
+// other VMs' load (docs/placement.md, "What a guest may learn").
+TEST(DashboardAccess, TenantKeepsItsVmsPowerShareButNotTheHosts) {
+  ojson dash = ojson::parse(R"({"at_ms":5,"wall_ms":6,"lost":7,"libvirt":true,
+    "power":{"source":"rapl","watts":50.5,"energy_joules":900},"vms":[
+    {"vm":1,"name":"g1","uuid":"u-1","power_watts":3.25,"energy_joules":70.5},
+    {"vm":2,"name":"g2","uuid":"u-2","power_watts":1.75,"energy_joules":30.5}]})");
+  EXPECT_EQ(for_access(dash, access{true, {}})["power"]["watts"], 50.5) << "an operator's";
+  ojson g1 = for_access(dash, access{false, "g1"});
+  EXPECT_EQ(g1.dump(),
+            R"({"at_ms":5,"wall_ms":6,"vms":[{"vm":1,"name":"g1","uuid":"u-1","power_watts":3.25,"energy_joules":70.5}]})");
+  for (const char* other : {"50.5", "900", "1.75", "30.5"})
+    EXPECT_EQ(g1.dump().find(other), std::string::npos) << other;
+}
+
 TEST(DashboardSse, FramesIdEventAndOneDataLinePerLine) {
   EXPECT_EQ(sse_frame({7, "sample", "{\"a\":1}"}), "id: 7\nevent: sample\ndata: {\"a\":1}\n\n");
   EXPECT_EQ(sse_frame({0, "", "x"}), "data: x\n\n") << "no id, the default type";

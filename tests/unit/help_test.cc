@@ -81,6 +81,11 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOpti
     {"sessions", {"--socket", "--timeout", "--json"}},
     {"mark", {"--socket", "--timeout"}},
     {"stats", {"--socket", "--timeout", "--json"}},
+    {"place",
+     {"--prometheus", "--host", "--host-label", "--window", "--power-model", "--link-bps", "--algorithm",
+      "--cpu-upper", "--peak-upper", "--mem-upper", "--link-upper", "--max-moves", "--query-timeout", "--json",
+      "--apply", "--timeout"}},
+    {"fleet-config", {"--target", "-o, --output", "--scrape-interval", "--job", "--token-file"}},
 };
 
 // Whether @help has a line that, after its indent, starts with @option

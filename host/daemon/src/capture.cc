@@ -49,6 +49,7 @@ void host_daemon::vm_changed(const vm_info& vm) {
     vcpus_.remove_vm(vm.vm_id);
     for (const auto& t : vm.threads)
       if (t.role == "vcpu") vcpus_.add_thread(t.tid, vm.vm_id, t.vcpu);
+    power_threads(vm);
     vms_changed();
   });
 }
@@ -62,6 +63,7 @@ void host_daemon::vm_gone(uint32_t vm_id) {
     sessions_.erase(vm_id);
     eng_.remove_vm(vm_id);
     vcpus_.remove_vm(vm_id);
+    helpers_.forget(vm_id);
     vms_changed();
   });
 }

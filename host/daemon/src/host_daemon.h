@@ -40,6 +40,7 @@
 #include "magnet/metrics/vcpu_sched.h"
 #include "magnet/metrics/vm_metrics.h"
 #include "magnet/power/meter.h"
+#include "magnet/power/thread_clock.h"
 #include "magnet/registry/registry.h"
 
 namespace magnet::host {
@@ -90,12 +91,20 @@ class host_daemon : public vm_tagger {
   // power.cc
   int open_power();
   void sample_power(uint64_t now, const std::map<uint32_t, vm_counters>& c);
+  // The VM's vhost workers and QEMU threads, whose CPU time is its work
+  // too: given to helpers_ as the registry lists them.
+  void power_threads(const vm_info& vm);
   void power_figures(exposition_input& in) const;
   // What is delivered into the VM (and `magnet stats` shows): its metrics'
   // stats and its share of the host's power.
   std::vector<view::stat_value> vm_stats(uint32_t vm) const;
-  // Its power over the last second; none without a power source.
+  // Its power over the last second, its energy so far; none without a
+  // power source.
   std::optional<double> vm_watts(uint32_t vm) const;
+  std::optional<double> vm_joules(uint32_t vm) const;
+  // The host's {"source", "watts", "energy_joules"} for the dashboard; null
+  // without a power source.
+  ojson host_power_json() const;
   // replies.cc
   std::string handle(const std::string& req, const admin_peer& peer);
   // The one VM @key names (magnet/admin/vm_key.h), or why there is none;
@@ -146,6 +155,7 @@ class host_daemon : public vm_tagger {
   std::vector<std::string> link_notes_;  // per --link, the last one logged
   std::optional<power::power_meter> power_;  // none: the host has no power source
   std::string power_note_;                   // the last reading error logged, "" when reading
+  power::helper_clock helpers_;              // each VM's vhost and QEMU threads' CPU time
 };
 
 }  // namespace magnet::host

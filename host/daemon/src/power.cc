@@ -35,15 +35,34 @@ int host_daemon::open_power() {
   return 0;
 }
 
-// One tick: the host's CPU times and each VM's vCPU run time so far.  The
-// VMs' vhost workers and QEMU I/O threads are not read yet (0: their CPU
-// time is the host's own work).
+void host_daemon::power_threads(const vm_info& vm) {
+  std::vector<power::helper_thread> h;
+  for (const auto& t : vm.threads) {
+    // Role "emulator" is every other QEMU thread: the main loop (device
+    // emulation, timers, its own virtio queues), the RCU thread, the block
+    // layer's pool of workers.
+    if (t.role == "vhost")
+      h.push_back({t.tid, power::helper_role::vhost});
+    else if (t.role == "iothread" || t.role == "emulator")
+      h.push_back({t.tid, power::helper_role::io});
+  }
+  helpers_.set_threads(vm.vm_id, h);
+}
+
+// One tick: the host's CPU times and each VM's work so far: its vCPU run
+// time (the sched probe), and the CPU time of its vhost workers and QEMU's
+// other threads (/proc/TID/schedstat, read here: one pread a thread).
 void host_daemon::sample_power(uint64_t now, const std::map<uint32_t, vm_counters>& c) {
   if (!power_) return;
+  const auto& helpers = helpers_.read();
   std::map<uint32_t, power::vm_work> work;
   for (const auto& [id, v] : c) {
     auto& w = work[id];
     for (const auto& [vcpu, ns] : v.vcpu_ns) w.vcpu_run_ns += ns[0];
+    if (auto h = helpers.find(id); h != helpers.end()) {
+      w.vhost_ns = h->second.vhost_ns;
+      w.io_threads_ns = h->second.io_ns;
+    }
   }
   auto cpu = power::read_proc_stat();
   status s = cpu ? power_->sample(now, *cpu, work) : status(cpu.err());
@@ -75,6 +94,20 @@ std::vector<view::stat_value> host_daemon::vm_stats(uint32_t vm) const {
 std::optional<double> host_daemon::vm_watts(uint32_t vm) const {
   if (!power_ || !power_->totals().vms.count(vm)) return std::nullopt;
   return power_->vm_watts(vm);
+}
+
+std::optional<double> host_daemon::vm_joules(uint32_t vm) const {
+  if (!power_) return std::nullopt;
+  auto it = power_->totals().vms.find(vm);
+  if (it == power_->totals().vms.end()) return std::nullopt;
+  return it->second;
+}
+
+ojson host_daemon::host_power_json() const {
+  if (!power_) return nullptr;
+  return ojson{{"source", power_->source()},
+               {"watts", power_->host_watts()},
+               {"energy_joules", power_->totals().host_j}};
 }
 
 }  // namespace magnet::host

@@ -78,6 +78,8 @@ ojson host_daemon::dashboard_json() const {
     for (const auto& e : kvm["exits"])
       exits.push_back(ojson{{"reason", e["reason"]}, {"per_s", e["exits_per_s"]}});
     row["exits_by_reason"] = std::move(exits);
+    const auto j = vm_joules(id);  // with power_watts (top's): null without a power source
+    row["energy_joules"] = j ? ojson(*j) : ojson(nullptr);
     vms.push_back(std::move(row));
   }
   timespec wall{};
@@ -86,6 +88,7 @@ ojson host_daemon::dashboard_json() const {
                {"wall_ms", uint64_t(wall.tv_sec) * 1000 + uint64_t(wall.tv_nsec) / 1000000},  // for charts
                {"lost", top["lost"]},
                {"libvirt", top["libvirt"]},
+               {"power", host_power_json()},  // the host's: operators only (for_access)
                {"vms", std::move(vms)}};
 }
 

@@ -67,10 +67,10 @@ const std::vector<syscall_group> kGroups = {
     {"signals: Asio's signal_set (SIGINT, SIGTERM, SIGHUP), masks around thread creation, "
      "returning from handlers, calls restarted after one",
      {"rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "restart_syscall", "sigaltstack"}},
-    {"files: /proc (the registry's QEMU threads, cgroups and namespaces; /proc/self/statm for "
-     "/metrics), /run/netns, libvirt's own configuration when it reconnects, the dashboard's "
-     "assets, tracefs when a legacy kprobe link is removed; the query socket's file is unlinked "
-     "at exit",
+    {"files: /proc (the registry's QEMU threads, cgroups and namespaces; each VM's vhost and "
+     "QEMU threads' schedstat for its power; /proc/self/statm for /metrics), /run/netns, "
+     "libvirt's own configuration when it reconnects, the dashboard's assets, tracefs when a "
+     "legacy kprobe link is removed; the query socket's file is unlinked at exit",
      {"openat", "open", "close", "read", "write", "readv", "writev", "pread64", "lseek", "fstat",
       "newfstatat", "stat", "lstat", "statx", "getdents64", "fcntl", "dup", "access", "faccessat",
       "faccessat2", "readlink", "readlinkat", "unlink", "unlinkat"}},

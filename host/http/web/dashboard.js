@@ -1,6 +1,6 @@
 // magnet host's live dashboard: one panel per VM from the daemon's event
-// stream (/api/stream), a VM picker, and a VM's own views on demand
-// (/api/vm/NAME/views).  Plain JS; charts by uPlot.  Everything a VM
+// stream (/api/stream), a power chart of every VM, a VM picker, and a VM's
+// own views on demand (/api/vm/NAME/views).  Plain JS; charts by uPlot.  Everything a VM
 // reports is put in the page as text (textContent), never as markup.
 'use strict';
 
@@ -60,6 +60,7 @@ const NOW = [
   ['queue-rx-p50-us', 'queue rx p50 µs', (v) => v.queue_rx_p50_us],
   ['queue-rx-p99-us', 'queue rx p99 µs', (v) => v.queue_rx_p99_us],
   ['drops-per-s', 'drops/s', (v) => v.drops_per_s],
+  ['power-watts', 'W', (v) => v.power_watts],
 ];
 
 function newPanel(v) {
@@ -138,8 +139,71 @@ function draw(p) {
   else ex.plot.setData(data);
 }
 
+// The power chart, above the panels: each VM's share of the host's power
+// (its row's power_watts) and, for an operator, the host's (the sample's
+// "power"; a tenant's samples have neither it nor other VMs).  On a host
+// without a power source both are null: the chart is hidden, a note says so.
+const power = { times: [], series: new Map(), plot: null };  // key -> watts, aligned with times
+const HOST = 'host';  // the host's key; a VM's is 'vm:' + its name
+
+function powerNow(s) {
+  const now = new Map();
+  if (s.power) now.set(HOST, s.power.watts);
+  for (const v of s.vms || []) if (typeof v.power_watts === 'number') now.set('vm:' + v.name, v.power_watts);
+  return now;
+}
+
+const from0 = (u, lo, hi) => [0, Math.max(1, hi || 0) * 1.1];
+
+// The host's power is far above any VM's share (its idle power alone is
+// no VM's): it gets a scale and an axis of its own, on the right.
+function powerChart(keys, labels, data) {
+  const box = $('power-chart');
+  const series = keys.map((k, i) => (k === HOST
+    ? { label: labels[i], stroke: '#222', width: 1.5, scale: 'host' }
+    : { label: labels[i], stroke: PALETTE[i % PALETTE.length], width: 1.5, scale: 'W' }));
+  const axes = [{}, { scale: 'W', size: 50, label: 'VMs (W)' }];
+  if (keys.includes(HOST)) axes.push({ scale: 'host', side: 1, size: 50, label: 'host (W)', grid: { show: false } });
+  return new uPlot({
+    width: chartWidth(box), height: 160, legend: { live: false },
+    // Both from 0: a share is a part of the host's power, not a wiggle.
+    scales: { x: { time: true }, W: { range: from0 }, host: { range: from0 } }, series: [{}, ...series], axes,
+  }, data, box);
+}
+
+function updatePower(s, t) {
+  const now = powerNow(s);
+  const sec = $('power');
+  sec.hidden = false;
+  sec.dataset.source = s.power ? s.power.source : now.size ? 'share' : 'none';
+  $('power-chart').hidden = !now.size;
+  $('no-power').hidden = now.size > 0;
+  if (!now.size) return;
+  push(power.times, t);
+  let changed = false;
+  for (const k of now.keys())
+    if (!power.series.has(k)) { power.series.set(k, new Array(power.times.length - 1).fill(null)); changed = true; }
+  for (const [k, vals] of power.series) {
+    push(vals, now.has(k) ? now.get(k) : null);
+    // A VM gone: its series goes once its last point has scrolled out.
+    if (vals.every((x) => x === null)) { power.series.delete(k); changed = true; }
+  }
+  const keys = [...power.series.keys()].sort((a, b) => (a === HOST ? -1 : b === HOST ? 1 : a.localeCompare(b)));
+  const labels = keys.map((k) => (k === HOST ? 'host' + (s.power ? ' (' + s.power.source + ')' : '') : k.slice(3)));
+  sec.dataset.series = JSON.stringify(keys.map((k) => (k === HOST ? HOST : k.slice(3))));
+  sec.dataset.samples = String(Number(sec.dataset.samples) + 1);
+  sec.dataset.hostWatts = s.power ? String(s.power.watts) : '';
+  const data = [power.times, ...keys.map((k) => power.series.get(k))];
+  if (changed && power.plot) { power.plot.destroy(); power.plot = null; }
+  if (!power.plot) power.plot = powerChart(keys, labels, data);
+  else {
+    power.plot.setData(data);
+  }
+}
+
 function onSample(s) {
   const t = (s.wall_ms || Date.now()) / 1000;
+  updatePower(s, t);
   const seen = new Set();
   for (const v of s.vms || []) {
     seen.add(v.name);
@@ -229,6 +293,7 @@ function connect() {
 
 $('picker').addEventListener('change', (e) => pick(e.target.value));
 window.addEventListener('resize', () => {
+  if (power.plot) power.plot.setSize({ width: chartWidth($('power-chart')), height: 160 });
   for (const p of panels.values())
     for (const c of Object.values(p.charts))
       if (c.plot) c.plot.setSize({ width: chartWidth(c.box), height: 140 });

@@ -4,8 +4,9 @@
 //
 // CONFIG: url, operator_token, tenant_token, tenant_vm, other_vm,
 // other_uuid, vms (names), magnet, socket (for `magnet top --json`), out_dir,
-// snapshots (how many DOM/top pairs to take), need_traffic, quick_s and
-// ready_s (the lab's bounds on a quick step and on readiness, docs/lab.md).
+// snapshots (how many DOM/top pairs to take), need_traffic, need_power (the
+// daemon has a power source: wait for the power chart's samples), quick_s
+// and ready_s (the lab's bounds on a quick step and on readiness, docs/lab.md).
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -54,6 +55,27 @@ function panels(page) {
   })));
 }
 
+// The power chart: its data- attributes, whether it and its "no power
+// source" note are shown, and what uPlot drew (a canvas, the legend's labels).
+function powerChart(page) {
+  return page.evaluate(() => {
+    const sec = document.getElementById('power');
+    const box = document.getElementById('power-chart');
+    return {
+      hidden: sec.hidden, chart_hidden: box.hidden, note_hidden: document.getElementById('no-power').hidden,
+      source: sec.dataset.source, series: JSON.parse(sec.dataset.series || '[]'),
+      samples: Number(sec.dataset.samples), host_watts: sec.dataset.hostWatts || '',
+      canvas: !!box.querySelector('canvas'),
+      legend: [...box.querySelectorAll('.u-legend .u-series .u-label')].map((l) => l.textContent),
+    };
+  });
+}
+
+function waitPower(page, n) {
+  return page.waitForFunction((count) => Number(document.getElementById('power').dataset.samples) >= count,
+    n, { timeout: WAIT });
+}
+
 function waitPanels(page, names, needTraffic) {
   return page.waitForFunction(([vms, traffic]) => vms.every((v) => {
     const p = [...document.querySelectorAll('.panel')].find((x) => x.dataset.vm === v);
@@ -95,6 +117,8 @@ async function main() {
       out.operator.snapshots.push({ dom: a, top: t });
     await op.page.waitForTimeout(300);  // the next pair a few samples later
   }
+  if (cfg.need_power) await waitPower(op.page, 3);
+  out.operator.power = await powerChart(op.page);
   out.operator.picker = await op.page.$$eval('#picker option', (o) => o.map((x) => x.value));
   out.operator.status_text = await op.page.textContent('#status');
   await shot(op.page, 'dashboard-operator.png');
@@ -117,6 +141,8 @@ async function main() {
   out.tenant.status = tn.status;
   await waitPanels(tn.page, [cfg.tenant_vm], false);
   out.tenant.panels = await panels(tn.page);
+  if (cfg.need_power) await waitPower(tn.page, 3);
+  out.tenant.power = await powerChart(tn.page);
   out.tenant.picker = await tn.page.$$eval('#picker option', (o) => o.map((x) => x.value));
   out.tenant.html = await tn.page.evaluate(() => document.documentElement.outerHTML);
   out.tenant.stream = await streamSamples(tn.page, 5);
