@@ -171,7 +171,10 @@ ojson host_daemon::top_json() const {
   ojson sampled = ojson::object();
   for (const auto& [t, n] : sampling_)
     if (probes_.count(t)) sampled[event_name(t)] = n;
-  return ojson{{"lost", cons_->lost()}, {"libvirt", reg_.connected()}, {"sample_every", sampled}, {"vms", vms}};
+  // at_ms: the tick these figures are from (monotonic), as the dashboard's
+  // samples carry it: a reader can tell the same tick from the next.
+  return ojson{{"at_ms", metrics_.sampled_at() / 1000000}, {"lost", cons_->lost()}, {"libvirt", reg_.connected()},
+               {"sample_every", sampled}, {"vms", vms}};
 }
 
 // What is delivered to the VM, by name (no per-connection values).

@@ -207,7 +207,10 @@ function onSample(s) {
   const seen = new Set();
   for (const v of s.vms || []) {
     seen.add(v.name);
-    update(panels.get(v.name) || newPanel(v), v, t);
+    const p = panels.get(v.name) || newPanel(v);
+    update(p, v, t);
+    // The daemon's tick these numbers are from (`magnet top --json`'s at_ms).
+    p.node.setAttribute('data-tick-ms', String(s.at_ms ?? ''));
   }
   for (const [name, p] of panels) {
     if (seen.has(name)) continue;

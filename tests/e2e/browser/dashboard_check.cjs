@@ -106,14 +106,21 @@ async function main() {
   const op = await open(cfg.operator_token);
   out.operator.status = op.status;
   await waitPanels(op.page, cfg.vms, cfg.need_traffic);
-  // Pairs of (the page's numbers, `magnet top --json`) taken back to back;
-  // kept when no sample arrived in between.
+  // Pairs of (the page's numbers, `magnet top --json`) from the same tick of
+  // the daemon: `magnet top` first, then the page until it shows that tick
+  // (it arrives on the stream within a tick) or a later one (then the pair
+  // is dropped).  Pairing by "no sample arrived while we looked" kept too
+  // few pairs within the traffic once the page drew more per sample: the
+  // page, magnet top and the page again took longer than a tick.
   out.operator.snapshots = [];
   for (let tries = 0; tries < 200 && out.operator.snapshots.length < cfg.snapshots; tries++) {
-    const a = await panels(op.page);
     const t = top();
-    const b = await panels(op.page);
-    if (cfg.vms.every((v) => a[v] && b[v] && a[v]['at-ms'] === b[v]['at-ms']))
+    let a = await panels(op.page);
+    for (let w = 0; w < 20 && cfg.vms.some((v) => a[v] && Number(a[v]['tick-ms']) < t.at_ms); w++) {
+      await op.page.waitForTimeout(20);
+      a = await panels(op.page);
+    }
+    if (cfg.vms.every((v) => a[v] && Number(a[v]['tick-ms']) === t.at_ms))
       out.operator.snapshots.push({ dom: a, top: t });
     await op.page.waitForTimeout(300);  // the next pair a few samples later
   }
