@@ -316,6 +316,11 @@ TEST(RegistryThread, CidOwnerReadsTheLiveDescription) {
     ASSERT_EQ(virDomainCreate(moved->d), 0);
     ASSERT_TRUE(run_until(io, [&] { return t.appeared > appeared + i; }));
   }
+  // Running, and seen running: the asker is confirmed before it stops.
+  // (Stopping at once raced it: under ASan on a loaded machine it asked
+  // 510 times in the cycles' 95 ms and never between a start being seen
+  // and the next stop, a fresh clone's CI run of 2026-11-27.)
+  EXPECT_TRUE(run_until(io, [&] { return confirmed.load() > 0; }));
   done = true;
   asker.join();
   reg.stop();
