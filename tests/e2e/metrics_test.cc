@@ -48,21 +48,6 @@ std::string UrlEncode(const std::string& s) {
   return o;
 }
 
-// A TCP port nothing listens on now (the kernel's pick).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof a;
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -131,7 +116,7 @@ TEST_F(MetricsDirect, PrometheusScrapesPerVmSeriesThatAgreeWithIperf3) {
       << page.substr(0, 3000);
 
   // Prometheus, scraping every second; ended by PID however the test ends.
-  const int pport = FreePort();
+  const int pport = test::free_port();
   ASSERT_GT(pport, 0);
   const std::string tsdb = art + "/tsdb";
   fs::remove_all(tsdb);

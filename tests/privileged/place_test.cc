@@ -40,21 +40,6 @@ using test::child;
 
 std::string place_tmp(const std::string& what) { return "/tmp/magnet-place-" + std::to_string(getpid()) + "-" + what; }
 
-// A TCP port nothing listens on now (the kernel's pick).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof a;
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 bool wait_until(const std::function<bool()>& ok, int seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < end) {
@@ -169,7 +154,7 @@ class PlaceFleet : public ::testing::Test {
     prometheus p;
     auto check = test::run({"promtool", "check", "config", yml});
     EXPECT_EQ(check.status, 0) << check.out << check.err;
-    p.port = free_port();
+    p.port = test::free_port();
     EXPECT_GT(p.port, 0);
     p.url = "http://127.0.0.1:" + std::to_string(p.port);
     p.tsdb = place_tmp(name + "-tsdb");

@@ -49,4 +49,18 @@ int metrics_port(const std::string& daemon_log) {
   return std::regex_search(daemon_log, m, line) ? std::stoi(m[1]) : 0;
 }
 
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
 }  // namespace magnet::test

@@ -17,5 +17,8 @@ std::pair<int, std::string> http_get(int port, const std::string& target, const 
 // The port of `magnet host --http 127.0.0.1:0` from its log ("[http] serving
 // /metrics on http://127.0.0.1:PORT/metrics"); 0 when the log has no such line.
 int metrics_port(const std::string& daemon_log);
+// A loopback TCP port nothing listens on now (the kernel's pick), for a
+// server the test starts (Prometheus); -1 when none could be had.
+int free_port();
 
 }  // namespace magnet::test
