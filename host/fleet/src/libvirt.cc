@@ -6,18 +6,15 @@
 #include <future>
 #include <mutex>
 
+#include "magnet/registry/libvirt_ref.h"
+
 namespace magnet::fleet {
 
 namespace {
 
-struct conn_release {
-  void operator()(virConnectPtr c) const { virConnectClose(c); }
-};
-struct domain_release {
-  void operator()(virDomainPtr d) const { virDomainFree(d); }
-};
-using conn_ref = std::unique_ptr<virConnect, conn_release>;
-using domain_ref = std::unique_ptr<virDomain, domain_release>;
+using host::conn_ref;
+using host::domain_ref;
+using host::libvirt_message;
 
 // libvirt prints every error on stderr unless told otherwise; ours carry
 // its message where it matters.
@@ -27,12 +24,6 @@ void init_libvirt() {
     virInitialize();
     virSetErrorFunc(nullptr, [](void*, virErrorPtr) {});
   });
-}
-
-// This thread's last libvirt error.
-std::string libvirt_message() {
-  virErrorPtr e = virGetLastError();
-  return e && e->message ? e->message : "unknown error";
 }
 
 bool last_error_is_no_domain() {

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "magnet/log.h"
+#include "magnet/registry/libvirt_ref.h"
 #include "magnet/control.h"
 
 namespace magnet::host {
@@ -176,22 +177,6 @@ void on_device(virConnectPtr, virDomainPtr d, const char* alias, void* self) {
                     "; describing it again");
   }
   static_cast<registry*>(self)->devices_changed(uuid);
-}
-
-// References of their own to a connection and a domain, released when
-// they go.
-struct conn_release {
-  void operator()(virConnectPtr c) const { virConnectClose(c); }
-};
-struct domain_release {
-  void operator()(virDomainPtr d) const { virDomainFree(d); }
-};
-using conn_ref = std::unique_ptr<virConnect, conn_release>;
-using domain_ref = std::unique_ptr<virDomain, domain_release>;
-
-std::string libvirt_message() {
-  virErrorPtr e = virGetLastError();
-  return e && e->message ? e->message : "unknown error";
 }
 
 }  // namespace
