@@ -9,6 +9,7 @@ packages=(
   libbpf-dev bpftool libelf-dev zlib1g-dev
   libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libvirt-dev libxml2-dev libcap-dev libseccomp-dev
+  libpcap-dev  # magnet reconstruct reads pcap files
   # run and test: traffic, capture comparison, namespaces
   iproute2 iperf3 tcpdump procps util-linux python3
   # unit tests: the generated man pages (groff, man -l) and bash completion

@@ -20,6 +20,7 @@ int cmd_stats(cli::args& a);
 int cmd_kvm(cli::args& a);
 int cmd_place(cli::args& a);
 int cmd_fleet_config(cli::args& a);
+int cmd_reconstruct(cli::args& a);
 
 // Set by SIGINT/SIGTERM; the loops of record and stat watch it.
 bool stop_requested();

@@ -32,6 +32,8 @@ const char* kHelp =
     "           and libvirt; --apply performs it by live migration\n"
     "  fleet-config  a prometheus.yml for the fleet's Prometheus: each host's\n"
     "           daemon, labelled with the host's name\n"
+    "  reconstruct  application message sequences from the TCP segments of a\n"
+    "           pcap file or a trace\n"
     "\n"
     "Global options, before or after COMMAND:\n"
     "  -v, --verbose   more log: -v info and libbpf's warnings (the verifier\n"
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
     if (cmd == "stats") return host::cmd_stats(rest);
     if (cmd == "place") return host::cmd_place(rest);
     if (cmd == "fleet-config") return host::cmd_fleet_config(rest);
+    if (cmd == "reconstruct") return host::cmd_reconstruct(rest);
     std::fprintf(stderr, "magnet: unknown command '%s'\nTry 'magnet --help'.\n", cmd.c_str());
     return 2;
   } catch (const cli::usage_error& e) {

@@ -86,6 +86,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOpti
       "--cpu-upper", "--peak-upper", "--mem-upper", "--link-upper", "--max-moves", "--query-timeout", "--json",
       "--apply", "--timeout"}},
     {"fleet-config", {"--target", "-o, --output", "--scrape-interval", "--job", "--token-file"}},
+    {"reconstruct", {"-F, --format", "--runs", "--gap-ms", "--summary"}},
 };
 
 // Whether @help has a line that, after its indent, starts with @option
