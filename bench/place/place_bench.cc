@@ -8,7 +8,7 @@
 //               [--seed N] [--trace FILE.csv] [--host-model FILE] [--cpus N]
 //               [--mem-gib N] [--link-gbps X] [--algorithms LIST]
 //               [--cpu-upper X] [--peak-upper X] [--margin X] [--max-moves N]
-//               [--migration-share X] [--json] [--plot FILE.png]
+//               [--migration-share X] [--json] [--plot FILE.png] [--diag FILE]
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -32,7 +32,7 @@ const char* kUsage =
     "                   [--algorithms magnet,pabfd,watcher,first-fit,round-robin]\n"
     "                   [--cpu-upper X] [--peak-upper X] [--margin X] [--max-moves N]\n"
     "                   [--migration-share X]\n"
-    "                   [--json] [--plot FILE.png]\n"
+    "                   [--json] [--plot FILE.png] [--diag FILE]\n"
     "defaults: 1000 hosts, 10000 VMs, 24 hours of 300 s steps of 10 samples, seed 1; hosts of 24 CPUs,\n"
     "256 GiB, 10 Gbit/s links, half with each of two SPECpower curves (bench/place/README.md)\n";
 
@@ -54,7 +54,7 @@ struct settings {
                                         mp::algorithm::first_fit, mp::algorithm::round_robin};
   mp::plan_options options;
   bool json = false;
-  std::string plot;
+  std::string plot, diag;
 };
 
 double number(const std::string& s, std::string_view option, bool zero_ok) {
@@ -111,6 +111,7 @@ settings parse(int argc, char** argv) {
   if (auto v = a.value("--max-moves")) s.options.max_moves = count(*v, "--max-moves");
   if (auto v = a.value("--migration-share")) s.migration_share = positive(*v, "--migration-share");
   if (auto v = a.value("--plot")) s.plot = *v;
+  if (auto v = a.value("--diag")) s.diag = *v;
   s.json = a.flag("--json");
   a.finish(0, 0);
   s.syn.steps = int(std::lround(s.hours * 3600 / s.syn.step_s));
@@ -200,6 +201,11 @@ int main(int argc, char** argv) {
     rs.push_back(simulate(*tr, c, a));
   }
   s.json ? print_json(info, rs) : print_table(info, rs);
+  if (!s.diag.empty())
+    if (auto st = write_diag(rs, info.step_s, s.diag); !st) {
+      std::fprintf(stderr, "place_bench: %s\n", st.err().message.c_str());
+      return 1;
+    }
   if (!s.plot.empty()) {
     if (auto st = plot(rs, info.step_s, s.plot); !st) {
       std::fprintf(stderr, "place_bench: %s\n", st.err().message.c_str());

@@ -156,4 +156,18 @@ status plot(const std::vector<sim_result>& rs, double step_s, const std::string&
   return {};
 }
 
+status write_diag(const std::vector<sim_result>& rs, double step_s, const std::string& file) {
+  std::ofstream out(file);
+  if (!out) return error::from_errno(file);
+  out << "# hour algorithm hosts_on util_on hosts_below_half kW moves\n";
+  const size_t steps = rs.empty() ? 0 : rs[0].fleet_kw.size();
+  for (size_t s = 0; s < steps; ++s)
+    for (const auto& r : rs)
+      out << (s + 0.5) * step_s / 3600 << " " << r.algorithm << " " << r.hosts_on[s] << " " << r.util_on[s] << " "
+          << r.hosts_light[s] << " " << r.fleet_kw[s] << " " << (s < r.step_moves.size() ? r.step_moves[s] : 0)
+          << "\n";
+  if (!out) return error::from_errno(file);
+  return {};
+}
+
 }  // namespace magnet::bench::place

@@ -35,7 +35,7 @@ std::vector<double> account(const step_demand& d, const std::vector<int>& at, co
                             totals& t, sim_result& r) {
   const size_t n = at.size(), nh = c.hosts.size();
   std::vector<int> count(nh, 0);
-  std::vector<double> net(nh, 0), watts(nh, 0), dem(nh);
+  std::vector<double> net(nh, 0), watts(nh, 0), dem(nh), util(nh, 0);
   for (size_t v = 0; v < n; ++v) {
     ++count[at[v]];
     net[at[v]] += d.net[v];
@@ -50,6 +50,7 @@ std::vector<double> account(const step_demand& d, const std::vector<int>& at, co
       const double cpus = c.hosts[h].cpus, w = power::model_watts(c.hosts[h].model, dem[h] / cpus);
       t.energy_j += w * dt;
       watts[h] += w / d.samples;
+      util[h] += dem[h] / cpus / d.samples;
       t.t_on[h] += dt;
       t.demand += dem[h] * dt;
       if (dem[h] >= cpus) {
@@ -58,20 +59,24 @@ std::vector<double> account(const step_demand& d, const std::vector<int>& at, co
       }
     }
   }
-  int on = 0;
-  double kw = 0;
+  int on = 0, light = 0;
+  double kw = 0, util_sum = 0;
   for (size_t h = 0; h < nh; ++h) {
     if (count[h] == 0) {
       watts[h] = -1;
       continue;
     }
     ++on;
+    light += util[h] < 0.5;
+    util_sum += util[h];
     kw += watts[h] / 1000;
     t.on_s += step_s;
     if (c.hosts[h].link_bps > 0 && net[h] > c.hosts[h].link_bps) t.link_over_s += step_s;
   }
   r.fleet_kw.push_back(kw);
   r.hosts_on.push_back(on);
+  r.util_on.push_back(on ? util_sum / on : 0);
+  r.hosts_light.push_back(light);
   return watts;
 }
 
@@ -207,6 +212,7 @@ sim_result simulate(trace& tr, const sim_config& c, mp::algorithm a) {
       r.migrated_gib += f.vms[v].mem_bytes / (1024.0 * 1024 * 1024);
     }
     r.migrations += long(p->moves.size());
+    r.step_moves.push_back(double(p->moves.size()));
   }
   summarize(t, c, r);
   return r;

@@ -34,6 +34,9 @@ struct sim_result {
   double risk_mean = 0;    // the plans' sla_risk, mean over steps
   std::vector<double> plan_wall_ms, plan_cpu_ms;  // per planner call
   std::vector<double> fleet_kw, hosts_on;         // per step, for the plot
+  // Per step, for --diag: the mean CPU utilisation of the hosts on, how
+  // many of them were below half their CPUs, and the plan's moves.
+  std::vector<double> util_on, hosts_light, step_moves;
   std::vector<std::string> errors;                // planner errors (none expected)
 };
 

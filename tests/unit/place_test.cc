@@ -197,6 +197,29 @@ TEST(PlaceMagnet, OneVmUsingAllItsVcpusMustFit) {
   EXPECT_TRUE(q.notes.empty());
 }
 
+// A VM that may burst far goes where one already may: host e empties only
+// when e1 (4 vCPUs of burst) joins t2, whose own VM may burst 4.5, and e2
+// takes t1's burst room instead.  The fewest added watts alone (linear
+// curves: a tie, the first listed wins) sends e1 to t1, after which e2
+// fits on neither host's burst room and e stays on; magnet's candidate
+// that prices a VM's target with the burst headroom it takes empties e,
+// and the plan predicted to draw least is kept.
+TEST(PlaceMagnet, BurstHeadroomPricedCandidateEmptiesAHostTheFewestWattsCannot) {
+  fleet f{{host("e"), host("t1"), host("t2")},
+          {vm("e1", "e", 1), vm("e2", "e", 3), vm("t1v", "t1", 3.5, 40 * GiB), vm("t2v", "t2", 3.5, 40 * GiB)}};
+  f.vms[0].vcpus = 5;  // gap 4; its peak (3.5) above e2's: it is placed first
+  f.vms[0].cpu_peak_cores = 3.5;
+  f.vms[1].vcpus = 5;  // gap 2
+  f.vms[2].vcpus = 4;  // gap 0.5
+  f.vms[3].vcpus = 8;  // gap 4.5
+  const plan p = make(f);
+  ASSERT_EQ(p.moves.size(), 2u);
+  EXPECT_TRUE(outcome(p, "e").emptied);
+  for (const move& m : p.moves) EXPECT_EQ(m.to, m.vm == "e1" ? "t2" : "t1");
+  EXPECT_DOUBLE_EQ(p.watts_after, (100 + 10 * 6.5) + (100 + 10 * 4.5));
+  for (const auto& h : p.hosts) EXPECT_LE(h.cpu_peak_used, 9.9 + 1e-9) << h.name;
+}
+
 // An emptying fills its targets up to the limits less
 // consolidation_margin: a host filled to the limit gives VMs back at the
 // next rise of demand.

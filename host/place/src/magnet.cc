@@ -15,6 +15,9 @@
 //    predicted watts fall by it and the whole of it fits in the moves
 //    left.  A host that received VMs is not emptied, one being emptied
 //    receives none: no VM moves twice.
+// 3. Three candidates: step 2 is run three times on copies of the
+//    relieved fleet (plan_magnet), and the plan predicted to draw the
+//    fewest watts is kept.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -26,23 +29,36 @@ namespace magnet::place::detail {
 
 namespace {
 
+// How a candidate plan empties hosts (plan_magnet tries three and keeps
+// the one predicted to draw least): in which order it tries the hosts, and
+// whether a VM's target is priced with the burst headroom it takes.
+struct style {
+  bool least_used_first = false;  // else the cheapest emptying (bytes per watt) first
+  bool price_burst = false;       // see burst_priced_watts
+};
+
 class magnet_planner {
  public:
-  explicit magnet_planner(state& s)
-      : s_(s), lim_(all_limits(s.o)), over_(lim_), fill_(lim_), left_(moves_left(s)), emptied_(s.hosts(), 0),
+  explicit magnet_planner(state& s, style st = {})
+      : st_(st), s_(s), lim_(all_limits(s.o)), over_(lim_), fill_(lim_), left_(moves_left(s)), emptied_(s.hosts(), 0),
         received_(s.hosts(), 0), gave_(s.hosts(), 0) {
     over_.burst = false;
     fill_.cpu_upper -= s.o.consolidation_margin;
     fill_.peak_upper -= s.o.consolidation_margin;
   }
 
-  plan run() {
-    relieve_all();
+  // @o's planner, relieved, on @s (a copy of o's state) with style @st.
+  magnet_planner(const magnet_planner& o, state& s, style st)
+      : st_(st), s_(s), lim_(o.lim_), over_(o.over_), fill_(o.fill_), left_(o.left_), emptied_(o.emptied_),
+        received_(o.received_), gave_(o.gave_), order_(o.order_), notes_(o.notes_), budget_noted_(o.budget_noted_) {}
+
+  plan consolidated() {
     consolidate();
     return s_.finish(order_, std::move(notes_));
   }
 
  private:
+  style st_;
   state& s_;
   const limits lim_;  // a VM moved off a host above over_ may fill a host up to them
   limits over_;       // a host above them is relieved: lim_ but a VM's burst, a rule for where VMs go
@@ -65,12 +81,28 @@ class magnet_planner {
   // The host that takes @v for the fewest added watts within @lim; -1 if
   // none may.  Ties go to the host with more CPU demand (the tighter fit),
   // then the first listed: the plan depends on nothing but the fleet.
-  int best_target(int v, int from, bool may_wake, const limits& lim) const {
+  // The watts @h gains by @v, counting the burst headroom v takes from h
+  // as load: with the one-VM burst rule (state.h) a host's room for mean
+  // demand is its CPUs less its largest vcpus - mean, so a VM that raises
+  // that largest gap costs the host that much room, priced at the host's
+  // curve like demand.  Putting VMs that may burst far where one already
+  // may keeps the other hosts' room for demand.
+  double burst_priced_watts(int v, int h, load with_v) const {
+    with_v.cpu += std::max(0.0, s_.gap(v) - s_.load_of(h).gap);
+    return s_.watts(h, with_v) - s_.watts(h);
+  }
+
+  int best_target(int v, int from, bool may_wake, const limits& lim, bool price_burst = false) const {
     int best = -1;
     double best_w = std::numeric_limits<double>::infinity(), best_cpu = 0;
     for (int h = 0; h < s_.hosts(); ++h) {
-      if (h == from || emptied_[h] || (!may_wake && s_.load_of(h).vms == 0) || !s_.fits(v, h, lim)) continue;
-      const double w = s_.added_watts(v, h), cpu = s_.cpu_cores(h);
+      if (h == from || emptied_[h] || (!may_wake && s_.load_of(h).vms == 0) || !s_.f.hosts[h].accepts_vms ||
+          s_.host_of(v) == h)
+        continue;
+      const load l = s_.with(h, v);  // as state::fits, with the load made once
+      if (!s_.within(h, l, lim)) continue;
+      const double w = price_burst ? burst_priced_watts(v, h, l) : s_.watts(h, l) - s_.watts(h);
+      const double cpu = s_.cpu_cores(h);
       if (w < best_w - 1e-9 || (w <= best_w + 1e-9 && cpu > best_cpu)) {
         best = h;
         best_w = w;
@@ -132,6 +164,8 @@ class magnet_planner {
     }
   }
 
+  // Step 1 (public: plan_magnet relieves once for all its candidates).
+ public:
   void relieve_all() {
     std::vector<std::pair<double, int>> over;  // the busiest first: by mean CPU demand over the CPUs
     for (int h = 0; h < s_.hosts(); ++h)
@@ -140,6 +174,7 @@ class magnet_planner {
     for (auto [_, h] : over) relieve(h);
   }
 
+ private:
   bool try_empty(int h);
   void consolidate();
 };
@@ -164,7 +199,7 @@ bool magnet_planner::try_empty(int h) {
   double saved = 0;
   std::vector<int> targets;
   for (int v : vms) {
-    const int t = best_target(v, h, false, fill_);
+    const int t = best_target(v, h, false, fill_, st_.price_burst);
     if (t < 0) break;
     const double before = s_.watts(h) + s_.watts(t);
     s_.move_to(v, t);
@@ -190,7 +225,8 @@ void magnet_planner::consolidate() {
   std::vector<std::tuple<bool, double, int>> cand;  // stays in the pool, bytes per watt, index
   for (int h = 0; h < s_.hosts(); ++h)
     if (s_.load_of(h).vms > 0 && !received_[h] && !gave_[h])
-      cand.emplace_back(s_.f.hosts[h].accepts_vms, s_.load_of(h).mem / std::max(1e-3, s_.watts(h)), h);
+      cand.emplace_back(s_.f.hosts[h].accepts_vms,
+                        st_.least_used_first ? s_.util(h) : s_.load_of(h).mem / std::max(1e-3, s_.watts(h)), h);
   std::sort(cand.begin(), cand.end());
   for (auto [accepts, cost, h] : cand) {
     if (received_[h]) continue;
@@ -201,6 +237,27 @@ void magnet_planner::consolidate() {
 
 }  // namespace
 
-plan plan_magnet(state& s) { return magnet_planner(s).run(); }
+// Three candidate plans on copies of @s, each under the same limits:
+// cheapest emptyings first (the plan of magnet before the candidates),
+// the same with targets priced with their burst headroom, and the least
+// used hosts first (PABFD's order).  The one with the fewest predicted
+// watts after it is kept, on a tie the one with fewer moves, then the
+// first: all three see only the fleet, so the choice does too.
+plan plan_magnet(state& s) {
+  magnet_planner relieved(s);  // relieving is the same in all three: done once
+  relieved.relieve_all();
+  plan best;
+  bool have = false;
+  for (style st : {style{false, false}, style{false, true}, style{true, false}}) {
+    state c = s;
+    plan p = magnet_planner(relieved, c, st).consolidated();
+    if (!have || p.watts_after < best.watts_after - 1e-6 ||
+        (p.watts_after <= best.watts_after + 1e-6 && p.moves.size() < best.moves.size())) {
+      best = std::move(p);
+      have = true;
+    }
+  }
+  return best;
+}
 
 }  // namespace magnet::place::detail
