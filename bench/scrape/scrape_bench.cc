@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../summary.h"
+#include "../synthetic_vm.h"
 #include "magnet/view.h"
 #include "magnet/export/openmetrics.h"
 
@@ -40,25 +41,14 @@ uint64_t clock_ns(clockid_t c) {
 
 using magnet::bench::summarize;
 using magnet::bench::summary;
+using magnet::bench::fill_synthetic_vm;
 
-lat_stat histogram(uint64_t seed, size_t lo, size_t hi) {
-  lat_stat s;
-  for (size_t i = lo; i <= hi; ++i) {
-    s.hist[i] = (seed * 2654435761u + i * 40503u) % 100000;
-    s.count += s.hist[i];
-    s.total_ns += s.hist[i] * (uint64_t{3} << i) / 2;
-  }
-  s.max_ns = uint64_t{1} << (hi + 1);
-  return s;
-}
 
 struct world {
   std::vector<vm_counters> counters;
   std::vector<vm_record_totals> records;
   exposition_input in;
   explicit world(unsigned n) : counters(n), records(n) {
-    // VMX reasons a Linux guest exits for most.
-    const uint32_t reasons[] = {1, 10, 12, 28, 30, 31, 32, 48};
     for (unsigned i = 0; i < n; ++i) {
       vm_counters& c = counters[i];
       const uint64_t k = i + 1;
@@ -71,14 +61,7 @@ struct world {
       c.exits = 55555555 * k;
       c.lost = k;
       for (int v = 0; v < 2; ++v) c.vcpu_ns[v] = {1234567890123ull * k, 2345678901ull * k, 3456789012345ull * k};
-      for (uint32_t r : reasons) c.reasons[MAGNET_VIEW_REASON_INDEX(1, r)] = histogram(k + r, 8, 20);
-      c.reasons[MAGNET_VIEW_REASON_HALT_POLLED] = histogram(k, 10, 18);
-      c.reasons[MAGNET_VIEW_REASON_HALT_SLEPT] = histogram(k, 12, 30);
-      c.queue[0] = histogram(k, 9, 24);
-      c.queue[1] = histogram(k + 1, 9, 24);
-      records[i].drops_tap = 17 * k;
-      records[i].drops_link = 3 * k;
-      records[i].blk_latency = histogram(k, 14, 27);
+      fill_synthetic_vm(c, records[i], k);
       char uuid[40];
       std::snprintf(uuid, sizeof uuid, "%08x-1c2d-4e5f-8a9b-%012x", i, i * 7919);
       in.vms.push_back({"guest-" + std::to_string(i), uuid, i + 1, &c, &records[i]});

@@ -2,7 +2,12 @@
 // domain_xml_test.cc) and the vCPU scheduling accountant, on exact
 // synthetic input.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "magnet/trace_file.h"
 #include "magnet/registry/registry.h"
@@ -40,6 +45,68 @@ TEST(Registry, OwnProcessThreadsAreListed) {
   auto t = qemu_threads(getpid());
   ASSERT_FALSE(t.empty());
   EXPECT_EQ(t.front().tid, getpid());
+}
+
+// A process of ours named @comm (a stand-in for a pre-6.4 vhost kernel
+// worker), until the fixture ends: SIGKILL and reaped.
+struct named_child {
+  pid_t pid = -1;
+  explicit named_child(const std::string& comm) {
+    int ready[2];
+    if (pipe(ready) != 0) return;
+    pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_NAME, comm.c_str());
+      (void)!write(ready[1], "x", 1);
+      for (;;) pause();
+    }
+    char c;
+    if (pid > 0 && read(ready[0], &c, 1) != 1) pid = -1;  // named before it is looked for
+    close(ready[0]);
+    close(ready[1]);
+  }
+  ~named_child() {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+};
+
+// One walk of /proc finds each owner's workers by the exact name
+// "vhost-<pid>", and nothing named like it.
+TEST(Registry, VhostWorkersAreFoundByOwnerInOneWalk) {
+  const pid_t self = getpid();
+  named_child worker("vhost-" + std::to_string(self)), impostor("vhost-" + std::to_string(self) + "x"),
+      other("vhost-x");
+  ASSERT_GT(worker.pid, 0);
+  ASSERT_GT(impostor.pid, 0);
+  auto w = scan_vhost_workers();
+  ASSERT_EQ(w.count(self), 1u);
+  EXPECT_EQ(w[self], std::vector<pid_t>{worker.pid});
+  for (const auto& [owner, pids] : w)
+    for (pid_t p : pids) EXPECT_TRUE(p != impostor.pid && p != other.pid) << "owner " << owner;
+  // Found by a VM's own walk as well (qemu_threads without a pass's scan).
+  auto t = qemu_threads(self);
+  auto it = std::find_if(t.begin(), t.end(), [&](const vm_thread& x) { return x.tid == worker.pid; });
+  ASSERT_NE(it, t.end());
+  EXPECT_EQ(it->role, "vhost");
+}
+
+// A pass describes its VMs from the one walk it made: qemu_threads with a
+// pass's workers does not walk /proc again (a walk per VM cost VMs x
+// processes, bench/scale).  The workers given are the only ones listed,
+// although a real one runs now.
+TEST(Registry, VmThreadsComeFromThePassWalk) {
+  const pid_t self = getpid();
+  named_child worker("vhost-" + std::to_string(self));
+  ASSERT_GT(worker.pid, 0);
+  const pid_t from_pass = 4'000'000;  // above pid_max's limit: no process has it
+  auto t = qemu_threads(self, vhost_workers{{self, {from_pass}}, {self + 1, {from_pass + 1}}});
+  std::vector<pid_t> vhost;
+  for (const auto& x : t)
+    if (x.role == "vhost") vhost.push_back(x.tid);
+  EXPECT_EQ(vhost, std::vector<pid_t>{from_pass});
+  EXPECT_EQ(t.front().tid, self) << "the process's own threads are still read";
 }
 
 std::vector<uint8_t> sw(uint64_t ts, uint32_t prev, uint32_t next, int64_t prev_state) {

@@ -108,12 +108,31 @@ struct description {
   bool usable() const { return !no_xml && xml_error.empty(); }
 };
 
+// What a pass reads of the host once for all its VMs, at the first VM
+// that needs it: the vhost workers (one walk of /proc) and where cgroup v2
+// is mounted.
+class host_scan {
+ public:
+  const vhost_workers& workers() {
+    if (!workers_) workers_ = scan_vhost_workers();
+    return *workers_;
+  }
+  const std::string& cgroup2_root() {
+    if (!root_) root_ = cgroup2_mount();
+    return *root_;
+  }
+
+ private:
+  std::optional<vhost_workers> workers_;
+  std::optional<std::string> root_;
+};
+
 // The QEMU process's threads by role and their cgroups.
-void describe_process(vm_info& vm) {
-  vm.threads = qemu_threads(vm.qemu_pid);
+void describe_process(vm_info& vm, host_scan& scan) {
+  vm.threads = qemu_threads(vm.qemu_pid, scan.workers());
   // Every hierarchy's path is reported; the unified (v2) ones are what the
   // kernel's cgroup ids refer to, so only they are tagged.
-  std::string root = cgroup2_mount();
+  const std::string& root = scan.cgroup2_root();
   std::set<std::string> all, v2s;
   for (const auto& t : vm.threads) {
     std::string v2;
@@ -127,7 +146,7 @@ void describe_process(vm_info& vm) {
   }
 }
 
-description describe(virDomainPtr d) {
+description describe(virDomainPtr d, host_scan& scan) {
   description r;
   vm_info& vm = r.vm;
   char uuid[VIR_UUID_STRING_BUFLEN] = {};
@@ -154,7 +173,7 @@ description describe(virDomainPtr d) {
   vm.allowance_rx_bps = facts->allowance_rx_bps;
   if (vm.qemu_pid) {
     vm.taps = resolve_taps(vm.qemu_pid, facts->taps);
-    describe_process(vm);
+    describe_process(vm, scan);
   }
   return r;
 }
@@ -194,7 +213,22 @@ vm_thread classify_thread(pid_t tid, const std::string& comm, pid_t qemu_pid) {
   return t;
 }
 
-std::vector<vm_thread> qemu_threads(pid_t qemu_pid) {
+vhost_workers scan_vhost_workers() {
+  vhost_workers out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (auto* e = readdir(d)) {
+    if (!pid_of(e->d_name)) continue;
+    std::string comm = read_line(std::string("/proc/") + e->d_name + "/comm");
+    if (!comm.starts_with("vhost-")) continue;
+    if (pid_t owner = pid_of(std::string_view(comm).substr(6)))
+      out[owner].push_back(pid_of(e->d_name));
+  }
+  closedir(d);
+  return out;
+}
+
+std::vector<vm_thread> qemu_threads(pid_t qemu_pid, const vhost_workers& workers) {
   std::vector<vm_thread> out;
   std::string task = "/proc/" + std::to_string(qemu_pid) + "/task";
   if (DIR* d = opendir(task.c_str())) {
@@ -206,19 +240,16 @@ std::vector<vm_thread> qemu_threads(pid_t qemu_pid) {
   }
   // Before 6.4 vhost workers are kernel threads of their own, named after
   // the owner: "vhost-<qemu pid>".
-  const std::string want = "vhost-" + std::to_string(qemu_pid);
-  if (DIR* d = opendir("/proc")) {
-    while (auto* e = readdir(d)) {
-      pid_t pid = pid_of(e->d_name);
-      if (!pid || pid == qemu_pid) continue;
-      if (read_line(std::string("/proc/") + e->d_name + "/comm") == want)
-        out.push_back({pid, "vhost", -1, want});
-    }
-    closedir(d);
+  if (auto it = workers.find(qemu_pid); it != workers.end()) {
+    const std::string name = "vhost-" + std::to_string(qemu_pid);
+    for (pid_t pid : it->second)
+      if (pid != qemu_pid) out.push_back({pid, "vhost", -1, name});
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.tid < b.tid; });
   return out;
 }
+
+std::vector<vm_thread> qemu_threads(pid_t qemu_pid) { return qemu_threads(qemu_pid, scan_vhost_workers()); }
 
 registry::registry(std::string uri, vm_tagger& tagger, std::chrono::milliseconds period)
     : uri_(std::move(uri)),
@@ -355,9 +386,10 @@ status registry::reconcile() {
     return error{"listing domains at " + uri_ + " failed"};
   }
   std::map<std::string, vm_info> now;
+  host_scan scan;  // one walk of /proc for the pass, not one per VM
   for (int i = 0; i < n; ++i) {
     domain_ref d(doms[i]);
-    auto dsc = describe(d.get());
+    auto dsc = describe(d.get(), scan);
     if (dsc.usable()) {
       xml_errors_.erase(dsc.vm.uuid);
       now.emplace(dsc.vm.uuid, std::move(dsc.vm));
@@ -399,11 +431,15 @@ status registry::refresh(const std::string& uuid) {
     if (active < 0) return error{"domain " + uuid + " at " + uri_ + ": " + libvirt_message()};
     if (active == 0) {
       now.erase(uuid);
-    } else if (auto dsc = describe(d.get()); dsc.usable()) {
-      xml_errors_.erase(uuid);
-      now[uuid] = std::move(dsc.vm);
-    } else if (!dsc.xml_error.empty()) {
-      note_xml_error(dsc.vm, dsc.xml_error);  // what was known stays, as in reconcile()
+    } else {
+      host_scan scan;
+      auto dsc = describe(d.get(), scan);
+      if (dsc.usable()) {
+        xml_errors_.erase(uuid);
+        now[uuid] = std::move(dsc.vm);
+      } else if (!dsc.xml_error.empty()) {
+        note_xml_error(dsc.vm, dsc.xml_error);  // what was known stays, as in reconcile()
+      }
     }
   }
   commit(std::move(now));

@@ -75,8 +75,14 @@ class vm_tagger {
 };
 
 // Pure helpers, exposed for tests (the domain XML: domain_xml.h).
-// Threads of a QEMU process by role, from /proc/PID/task/*/comm; vhost
-// kernel workers ("vhost-PID", separate processes before 6.4) included.
+// vhost kernel workers ("vhost-PID", processes of their own before 6.4) by
+// the QEMU pid they serve, from one walk of /proc.  A pass walks /proc once
+// for all its VMs: a walk per VM would cost VMs x processes (bench/scale).
+using vhost_workers = std::map<pid_t, std::vector<pid_t>>;
+vhost_workers scan_vhost_workers();
+// Threads of a QEMU process by role, from /proc/PID/task/*/comm, and its
+// workers in @workers (or, without it, in a walk of /proc of its own).
+std::vector<vm_thread> qemu_threads(pid_t qemu_pid, const vhost_workers& workers);
 std::vector<vm_thread> qemu_threads(pid_t qemu_pid);
 vm_thread classify_thread(pid_t tid, const std::string& comm, pid_t qemu_pid);
 
