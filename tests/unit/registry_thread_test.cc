@@ -9,6 +9,9 @@
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <chrono>
@@ -18,11 +21,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <utility>  // before asio: Boost 1.74 forgets it for C++20
 
 #include <boost/asio.hpp>
 
+#include "magnet/control.h"
 #include "magnet/registry/registry.h"
 
 namespace magnet::host {
@@ -376,6 +381,56 @@ TEST(RegistryThread, ARefusedDescriptionIsLoggedNeverThrown) {
   auto o = reg.cid_owner(4294967295u);
   EXPECT_TRUE(o && *o == 0);
   virConnectClose(c);
+}
+
+// More running domains than VM ids (MAGNET_MAX_VM_ID, the kernel's 8-bit
+// tag): no id is ever given to two of them, the ones left over are never
+// told to the tagger (an id 0 shared by several VMs would mix their events
+// and views), and a pass that finds the same domains again changes nothing.
+// A node file of libvirt's test driver holds them (running at load).
+TEST(Registry, MoreDomainsThanIdsNeverShareAnIdAndTheRestStayUntagged) {
+  constexpr unsigned kDomains = MAGNET_MAX_VM_ID + 45;
+  char dir[] = "/tmp/magnet-registry-ids-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string node = std::string(dir) + "/node.xml";
+  {
+    std::FILE* f = std::fopen(node.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("<node>\n", f);
+    for (unsigned i = 1; i <= kDomains; ++i)
+      std::fprintf(f,
+                   "<domain type='test'><name>ids-%u</name><uuid>%08x-1d5a-4e5f-8a9b-%012x</uuid>"
+                   "<memory>65536</memory><vcpu>1</vcpu><os><type>hvm</type></os></domain>\n",
+                   i, i, i);
+    std::fputs("</node>\n", f);
+    ASSERT_EQ(std::fclose(f), 0);
+  }
+  struct counting_tagger : vm_tagger {
+    void vm_changed(const vm_info& vm) override { told[vm.vm_id].push_back(vm.uuid); }
+    void vm_gone(uint32_t id) override { gone.push_back(id); }
+    std::map<uint32_t, std::vector<std::string>> told;  // id -> the domains told with it
+    std::vector<uint32_t> gone;
+  } t;
+  registry reg("test://" + node, t, std::chrono::hours(1));
+  ASSERT_TRUE(reg.reconcile()) << "the test driver's node file " << node;
+  std::map<uint32_t, int> holders;
+  unsigned untagged = 0;
+  for (const auto& vm : reg.vms()) vm.vm_id ? ++holders[vm.vm_id] : ++untagged;
+  EXPECT_EQ(reg.vms().size(), kDomains);
+  EXPECT_EQ(holders.size(), size_t{MAGNET_MAX_VM_ID}) << "every id in use, each once";
+  for (const auto& [id, n] : holders) EXPECT_EQ(n, 1) << "id " << id << " given to " << n << " domains";
+  EXPECT_EQ(untagged, kDomains - MAGNET_MAX_VM_ID);
+  EXPECT_EQ(t.told.count(0), 0u) << "a VM without an id was told to the tagger";
+  for (const auto& [id, uuids] : t.told) EXPECT_EQ(uuids.size(), 1u) << "id " << id;
+  EXPECT_TRUE(t.gone.empty());
+  const size_t told_first = t.told.size();
+  ASSERT_TRUE(reg.reconcile());
+  EXPECT_EQ(t.told.size(), told_first);
+  for (const auto& [id, uuids] : t.told) EXPECT_EQ(uuids.size(), 1u) << "id " << id << " told again";
+  EXPECT_TRUE(t.gone.empty()) << "a second pass over the same domains took ids away";
+  reg.stop();
+  std::remove(node.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace

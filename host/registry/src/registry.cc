@@ -328,23 +328,28 @@ void* registry::connection_ref() const {
   return conn_;
 }
 
-uint32_t registry::id_for(const std::string& uuid) {
+// An id for the domain @uuid of the pass @now: the one it had, else the
+// lowest free one.  Ids stay with their domains while the daemon runs (a
+// VM stopped and started again keeps its id); when all are taken, those of
+// domains neither in this pass nor in the last one are given up.  An id is
+// never given to two domains of a pass or of the one before: events and
+// views are per id.  0: none left (the VM stays untagged, commit()).
+uint32_t registry::id_for(const std::string& uuid, const std::map<std::string, vm_info>& now) {
   if (auto it = ids_.find(uuid); it != ids_.end()) return it->second;
-  std::set<uint32_t> used;
-  for (auto& [u, id] : ids_) used.insert(id);
-  for (uint32_t id = 1; id <= MAGNET_MAX_VM_ID; ++id) {
-    if (used.count(id)) continue;
-    ids_[uuid] = id;
-    return id;
+  auto lowest_free = [&]() -> uint32_t {
+    std::vector<bool> used(MAGNET_MAX_VM_ID + 1, false);
+    for (const auto& [u, id] : ids_) used[id] = true;
+    for (uint32_t id = 1; id <= MAGNET_MAX_VM_ID; ++id)
+      if (!used[id]) return id;
+    return 0;
+  };
+  uint32_t id = lowest_free();
+  if (!id) {
+    std::erase_if(ids_, [&](const auto& kv) { return !now.count(kv.first) && !by_uuid_.count(kv.first); });
+    id = lowest_free();
   }
-  // All ids taken: forget those of VMs not running, then retry once.
-  std::erase_if(ids_, [&](auto& kv) { return !by_uuid_.count(kv.first); });
-  for (uint32_t id = 1; id <= MAGNET_MAX_VM_ID; ++id) {
-    bool taken = false;
-    for (auto& [u, i] : ids_) taken |= i == id;
-    if (!taken) return ids_[uuid] = id;
-  }
-  return 0;
+  if (id) ids_[uuid] = id;
+  return id;
 }
 
 // A description this reader refuses is logged once per domain until its
@@ -456,19 +461,31 @@ void registry::commit(std::map<std::string, vm_info> now) {
   {
     std::lock_guard lk(mu_);
     for (auto& [uuid, vm] : now) {
-      vm.vm_id = id_for(uuid);
+      vm.vm_id = id_for(uuid, now);
+      if (vm.vm_id == 0) {
+        // Every id is held by a running VM: this one is not tagged, and
+        // the tagger never hears of it (an id 0 shared by several VMs
+        // would mix their events and views).
+        if (untagged_.insert(uuid).second)
+          log_warning("magnet-host: [registry] VM " + vm.name + " (" + uuid + ") is not tagged: all " +
+                      std::to_string(MAGNET_MAX_VM_ID) +
+                      " VM ids are held by running VMs; its events count for no VM and its guest gets no view");
+        continue;
+      }
+      untagged_.erase(uuid);
       auto it = by_uuid_.find(uuid);
       if (it == by_uuid_.end() || all) {
         changed.push_back(vm);
       } else if (!(it->second == vm)) {
         // A restart is a new process: the old one is gone with its state.
         // New threads or taps of the same process are only a change.
-        if (it->second.qemu_pid != vm.qemu_pid) gone.push_back(vm.vm_id);
+        if (it->second.qemu_pid != vm.qemu_pid && it->second.vm_id) gone.push_back(vm.vm_id);
         changed.push_back(vm);
       }
     }
     for (auto& [uuid, vm] : by_uuid_)
-      if (!now.count(uuid)) gone.push_back(vm.vm_id);
+      if (vm.vm_id && (!now.count(uuid) || !now.at(uuid).vm_id)) gone.push_back(vm.vm_id);
+    std::erase_if(untagged_, [&](const std::string& u) { return !now.count(u); });
     by_uuid_ = std::move(now);
   }
   for (uint32_t id : gone) tagger_.vm_gone(id);

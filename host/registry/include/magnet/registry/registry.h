@@ -134,7 +134,7 @@ class registry {
   void note_xml_error(const vm_info& vm, const std::string& why);
   void* connection_ref() const;  // virConnectPtr with a reference of its own, or null
   void wake();
-  uint32_t id_for(const std::string& uuid);
+  uint32_t id_for(const std::string& uuid, const std::map<std::string, vm_info>& now);
 
   std::string uri_;
   vm_tagger& tagger_;
@@ -148,6 +148,7 @@ class registry {
   mutable std::mutex mu_;
   std::map<std::string, vm_info> by_uuid_;  // running VMs
   std::map<std::string, uint32_t> ids_;     // uuid -> id, kept while the daemon runs
+  std::set<std::string> untagged_;          // running VMs left without an id (logged once each)
   std::mutex pending_mu_;
   std::set<std::string> pending_;  // domains whose devices changed, to describe at once
   // Registry thread only: the last error of each domain's description and
