@@ -110,9 +110,9 @@ for page in magnet magnet-agent; do
   out=$(LC_ALL=C MANWIDTH=80 man -l -P cat "$root$datadir/man/man1/$page.1" 2>&1) || fail "man $page: $out"
   grep -q "^NAME" <<<"$out" || fail "man $page has no NAME section: $out"
 done
-got=$(bash --norc -c "source '$root$datadir/bash-completion/completions/magnet' && COMP_WORDS=(magnet rec) &&
+got=$(bash --norc -c "source '$root$datadir/bash-completion/completions/magnet' && COMP_WORDS=(magnet recor) &&
   COMP_CWORD=1 && _magnet && printf '%s\n' \"\${COMPREPLY[@]}\"") || fail "the installed completion: $got"
-[[ $got == record ]] || fail "bash completes 'magnet rec' to '$got', not record"
+[[ $got == record ]] || fail "bash completes 'magnet recor' to '$got', not record"
 EOF
 
 unshare -m --propagation private bash -c '
