@@ -2,7 +2,9 @@
 # e2e.AdaptDirect: the adaptive sender on a shared bottleneck (bench/adapt,
 # direct lab, 8 Mbit/s link, phases of 8 s), adaptive and fixed-rate cases.
 # Bounds that do not depend on this machine's speed:
-#   * the adaptive sender follows every change (within half a phase);
+#   * the adaptive sender follows every change within its phase (settled
+#     for a second with two seconds of the phase left; how fast it follows
+#     is bench/adapt's target, 1 s, a benchmark and not this test's bound);
 #   * it never offers more than its own target (the available bandwidth of
 #     its view, less its headroom) beyond the token bucket's slack;
 #   * while g2's UDP overloads the link, its loss stays far below the
@@ -40,10 +42,10 @@ bad = []
 a, f = res.get("adaptive"), res.get("fixed")
 if not a or "phases" not in a or not f or "phases" not in f:
     print("adapt_test: a case did not run:", json.dumps(doc)[:2000]); sys.exit(1)
-half = 4.0  # half a phase of 8 s
+bound = 6.0  # a phase of 8 s less 2: following, and staying, seen inside the phase
 for p in a["phases"][1:]:
-    if p["follow_s"] is None or p["follow_s"] > half:
-        bad.append("phase %d (%s): followed after %s s (bound %.0f s)" % (p["phase"], p["what"], p["follow_s"], half))
+    if p["follow_s"] is None or p["follow_s"] > bound:
+        bad.append("phase %d (%s): followed after %s s (bound %.0f s)" % (p["phase"], p["what"], p["follow_s"], bound))
 # Never above its own target: each second's offered rate against the rate
 # it had computed (its view's available bandwidth less headroom), with the
 # slack of a second whose rate changed and a 4-datagram bucket.
