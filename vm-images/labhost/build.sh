@@ -17,14 +17,15 @@ kver="${MAGNET_LABHOST_KERNEL_VERSION:-$(vmi_kernel_version)}"
 out="$VMI_OUT/labhost"
 pkgs=(busybox-static bash iperf3 libiperf0 socat bpftool iproute2 qemu-system-x86 qemu-system-data
       seabios ipxe-qemu libvirt-daemon libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
-      libvirt0 libbpf1 libelf1 zlib1g libyaml-cpp0.7 libstdc++6 libgcc-s1 libc6)
+      libvirt0 libbpf1 libelf1 zlib1g libyaml-cpp0.7 libpcap0.8 libstdc++6 libgcc-s1 libc6)
 bins=(/bin/bash /usr/bin/iperf3 /usr/bin/socat /usr/sbin/bpftool /usr/bin/ip /usr/sbin/bridge
       /usr/bin/qemu-system-x86_64 /usr/sbin/libvirtd /usr/sbin/virtlogd /usr/bin/virsh
       /usr/lib/x86_64-linux-gnu/libvirt/connection-driver/libvirt_driver_qemu.so
       /usr/lib/libvirt/libvirt_iohelper /usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so
       /usr/lib/x86_64-linux-gnu/libbpf.so.1 /usr/lib/x86_64-linux-gnu/libelf.so.1
       /usr/lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libyaml-cpp.so.0.7
-      /usr/lib/x86_64-linux-gnu/libvirt.so.0 /usr/lib/x86_64-linux-gnu/libstdc++.so.6
+      /usr/lib/x86_64-linux-gnu/libvirt.so.0 /usr/lib/x86_64-linux-gnu/libpcap.so.0.8
+      /usr/lib/x86_64-linux-gnu/libstdc++.so.6
       /usr/lib/x86_64-linux-gnu/libgcc_s.so.1)
 key="$( { echo "kernel=$kver compress=${MAGNET_LABHOST_COMPRESS:-none}"; vmi_pkg_versions "${pkgs[@]}"; cat "$VMI_OUT/guest/stamp"; \
           vmi_hash_files "$here/build.sh" "$here/init" "$here/../common/build-lib.sh" "$here/../common/magnet-ctl"; \
