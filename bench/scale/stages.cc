@@ -3,12 +3,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <set>
 #include <stdexcept>
 
 #include "alloc_count.h"
+#include "magnet/control.h"
 
 namespace magnet::bench {
 
@@ -50,11 +52,17 @@ registry_stage::registry_stage(const std::string& node_file, unsigned n) : tagge
   told = first.told;
   without_id = tagger_->without_id;
   std::set<uint32_t> ids;
-  for (const auto& vm : reg_->vms()) ids.insert(vm.vm_id);
+  for (const auto& vm : reg_->vms())
+    if (vm.vm_id) ids.insert(vm.vm_id);
   distinct_ids = ids.size();
-  if (told != n)
-    throw std::runtime_error("the registry told of " + std::to_string(told) + " VMs of the test driver's " +
-                             std::to_string(n) + " running domains (" + node_file + ")");
+  // Every running domain is listed; the tagger hears of those with an id
+  // only (MAGNET_MAX_VM_ID of them: the rest stay untagged, registry.cc).
+  const size_t listed = reg_->vms().size(), taggable = std::min<size_t>(n, MAGNET_MAX_VM_ID);
+  if (listed != n || told != taggable)
+    throw std::runtime_error("the registry listed " + std::to_string(listed) + " and told the tagger of " +
+                             std::to_string(told) + " of the test driver's " + std::to_string(n) +
+                             " running domains (expected " + std::to_string(n) + " and " +
+                             std::to_string(taggable) + "; " + node_file + ")");
   heap_per_vm = (live_heap_bytes() - heap0) / n;
   rss_per_vm = (rss_bytes() - rss0) / n;
 }

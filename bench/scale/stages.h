@@ -31,9 +31,9 @@ class registry_stage {
   };
   pass run();  // one pass; an error names the URI
   pass first;  // the first pass: connect, every VM new
-  size_t told = 0;         // VMs the tagger was told of in the first pass
+  size_t told = 0;         // VMs the tagger was told of in the first pass (those with an id)
   size_t without_id = 0;   // of them, those with vm_id 0 (magnet's ids are 1..255)
-  size_t distinct_ids = 0; // vm_ids among the registry's VMs after the first pass
+  size_t distinct_ids = 0; // vm_ids other than 0 among the registry's VMs after the first pass
   // Now: the distinct vm_ids other than 0 among the registry's VMs, and
   // the VMs with vm_id 0 (untagged).
   std::pair<size_t, size_t> id_census() const;
