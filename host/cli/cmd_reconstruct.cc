@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "magnet/text.h"
 #include "magnet/reconstruct/readers.h"
 #include "magnet/reconstruct/reconstruct.h"
 
@@ -55,15 +56,6 @@ struct reconstruct_args {
   rc::cut_options cut;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t from = 0;
-  for (size_t comma; (comma = s.find(',', from)) != std::string::npos; from = comma + 1)
-    out.push_back(s.substr(from, comma - from));
-  out.push_back(s.substr(from));
-  return out;
-}
-
 reconstruct_args parse_reconstruct_args(cli::args& a) {
   reconstruct_args r;
   const auto fmt = a.value("--format", "-F").value_or("csv");
@@ -80,7 +72,7 @@ reconstruct_args parse_reconstruct_args(cli::args& a) {
   }
   r.files = a.finish(1, 1, "capture FILE");
   if (runs) {
-    for (const auto& f : split_list(*runs)) {
+    for (const auto& f : split(*runs)) {
       if (f.empty()) throw cli::usage_error("--runs: '" + *runs + "' has an empty name");
       r.files.push_back(f);
     }

@@ -1,20 +1,16 @@
 #include "vm_follow.h"
 
 #include "magnet/registry/kernel_tags.h"
+#include "magnet/text.h"
 
 namespace magnet::host {
 
 vm_select parse_vm_select(cli::args& a) {
   vm_select s;
   for (const auto& v : a.values("--vm")) {
-    size_t from = 0;
-    for (;;) {
-      const size_t comma = v.find(',', from);
-      std::string name = v.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+    for (auto& name : split(v)) {
       if (name.empty()) throw cli::usage_error("--vm: an empty name in '" + v + "'");
       s.names.push_back(std::move(name));
-      if (comma == std::string::npos) break;
-      from = comma + 1;
     }
   }
   auto uri = a.value("--uri");

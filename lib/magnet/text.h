@@ -2,7 +2,9 @@
 // header values, option lists.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace magnet {
 
@@ -13,6 +15,18 @@ inline std::string_view trim(std::string_view s) {
   const size_t b = s.find_first_not_of(blanks);
   if (b == std::string_view::npos) return {};
   return s.substr(b, s.find_last_not_of(blanks) - b + 1);
+}
+
+// The parts of @s between its @sep characters, empty ones included ("a,,b"
+// is three parts, "" is one): each caller says what an empty part means.
+inline std::vector<std::string> split(std::string_view s, char sep = ',') {
+  std::vector<std::string> out;
+  for (;;) {
+    const size_t at = s.find(sep);
+    out.emplace_back(s.substr(0, at));
+    if (at == std::string_view::npos) return out;
+    s.remove_prefix(at + 1);
+  }
 }
 
 }  // namespace magnet
