@@ -2,7 +2,11 @@
 // counters and records with known answers.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <random>
+#include <vector>
 
 #include "magnet/metrics/link_model.h"
 #include "magnet/metrics/sample_weights.h"
@@ -35,6 +39,41 @@ TEST(LinkModel, ElasticOthersLimitedElsewhereCountAtTheirRate) {
   // Max-min: one that uses more than an equal share is cut to it.
   EXPECT_DOUBLE_EQ(available_bps(C, {{2, {15e6, 0, false}}}, 1), 10e6);
   EXPECT_DOUBLE_EQ(available_bps(C, {{2, {2e6, 0, false}}, {3, {15e6, 0, true}}}, 1), 9e6);
+}
+
+// link_share, what the tick uses, against the reference available_bps for
+// every VM of random fleets: limited demands (infinite), inelastic totals
+// above the capacity, VMs absent from the set, one VM alone, equal demands.
+TEST(LinkModel, SharesEqualTheReferenceForEveryVm) {
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (int fleet = 0; fleet < 400; ++fleet) {
+    const double cap = fleet % 7 == 0 ? 0 : 1e6 + unit(rng) * 1e10;
+    const size_t n = fleet % 50 == 0 ? 1 : 1 + rng() % 200;
+    const double load = 0.1 + unit(rng) * 3;  // the fleet's offer over the capacity
+    const bool equal = fleet % 5 == 0;
+    std::map<uint32_t, link_usage> use;
+    for (uint32_t v = 1; v <= n; ++v) {
+      if (rng() % 10 == 0) continue;  // absent: asks with nothing of its own
+      const double each = (cap > 0 ? cap : 1e9) * load / static_cast<double>(n);
+      link_usage u;
+      u.elastic_bps = rng() % 4 == 0 ? 0 : (equal ? each : each * 2 * unit(rng));
+      u.inelastic_bps = rng() % 3 == 0 ? 0 : (equal ? each / 2 : each * unit(rng));
+      u.limited = rng() % 4 == 0;
+      use[v] = u;
+    }
+    std::vector<link_usage> in;
+    for (const auto& [v, u] : use) in.push_back(u);
+    const link_share share(cap, in);
+    for (uint32_t v = 1; v <= n + 1; ++v) {
+      auto it = use.find(v);
+      const double want = available_bps(cap, use, v);
+      const double got = share.available(it != use.end() ? &it->second : nullptr);
+      // Relative 1e-9; below 1e-9 of the capacity is the sums' rounding.
+      EXPECT_NEAR(got, want, 1e-9 * std::max(std::abs(want), cap))
+          << "fleet " << fleet << " of " << n << " VMs, VM " << v;
+    }
+  }
 }
 
 std::vector<uint8_t> queue_record(uint32_t vm, uint16_t type, uint64_t delay_ns, int32_t size,

@@ -36,6 +36,17 @@ struct emitter {
   }
 };
 
+// A counter's count and time since an earlier reading, as lat_stat::since
+// gives them, without the copy and difference of its histogram, which no
+// rate here reads.
+struct count_time {
+  uint64_t count = 0, total_ns = 0;
+  double mean_ns() const { return count ? static_cast<double>(total_ns) / count : 0; }
+};
+count_time since(const lat_stat& now, const lat_stat& then) {
+  return {now.count - std::min(now.count, then.count), now.total_ns - std::min(now.total_ns, then.total_ns)};
+}
+
 bool is_halt(uint32_t index) {
   if (index == MAGNET_VIEW_REASON_HALT_POLLED || index == MAGNET_VIEW_REASON_HALT_SLEPT)
     return true;
@@ -116,26 +127,43 @@ void vm_metrics::sample(uint64_t now_ns, const std::map<uint32_t, vm_counters>& 
       s.open = slot{};
       if (s.slots.size() > kHistory) s.slots.pop_front();
     }
-    s.cum.emplace_back(now_ns, c);
-    if (s.cum.size() > kHistory + 1) s.cum.pop_front();
+    // compute() reads the newest and the one kRateSlots before it.  The
+    // oldest entry is reused: assigning into its maps keeps their nodes,
+    // where a fresh copy would allocate every VM's maps every tick.
+    if (s.cum.size() > kRateSlots) {
+      auto reused = std::move(s.cum.front());
+      s.cum.pop_front();
+      reused.first = now_ns;
+      reused.second = c;
+      s.cum.push_back(std::move(reused));
+    } else {
+      s.cum.emplace_back(now_ns, c);
+    }
     auto a = allowance_.find(id);
     s.allow_tx = a != allowance_.end() ? a->second.first : 0;
     s.allow_rx = a != allowance_.end() ? a->second.second : 0;
   }
   std::erase_if(allowance_, [&](const auto& kv) { return !counters.count(kv.first); });
 
-  // Per link, per VM: its use in each of the last kLinkSlots slots (newest
-  // last), for the model and its error.
-  link_use use;
-  for (auto& [id, s] : vms_) {
+  const link_use use = link_uses();
+  for (auto& [id, s] : vms_) compute(id, s, use);
+}
+
+// Per link, per VM: its use in each of the last kLinkSlots slots (newest
+// last), for the model and its error; then the link's shares of the
+// window and of each slot.
+vm_metrics::link_use vm_metrics::link_uses() const {
+  link_use use(links_.size());
+  for (const auto& [id, s] : vms_) {
     const size_t n = std::min(kLinkSlots, s.slots.size());
     for (size_t k = s.slots.size() - n; k < s.slots.size(); ++k) {
       const slot& sl = s.slots[k];
       const double secs = static_cast<double>(sl.ns) / 1e9;
       for (const auto& [l, ls] : sl.links) {
-        auto& v = use[l][id];
-        v.resize(n);
-        auto& u = v[k - (s.slots.size() - n)];
+        if (l >= links_.size()) continue;  // a link of before set_links()
+        auto& users = use[l].users;  // vms_ is walked in ascending id
+        if (users.empty() || users.back().vm != id) users.push_back({id, std::vector<link_usage>(n), {}});
+        auto& u = users.back().slots[k - (s.slots.size() - n)];
         if (secs > 0) {
           u.elastic_bps = static_cast<double>(ls.elastic_bytes) * 8 / secs;
           u.inelastic_bps = static_cast<double>(ls.inelastic_bytes) * 8 / secs;
@@ -144,7 +172,29 @@ void vm_metrics::sample(uint64_t now_ns, const std::map<uint32_t, vm_counters>& 
       }
     }
   }
-  for (auto& [id, s] : vms_) compute(id, s, use);
+  std::vector<link_usage> in;
+  for (size_t l = 0; l < use.size(); ++l) {
+    auto& lu = use[l];
+    in.clear();
+    for (auto& u : lu.users) {
+      const auto& v = u.slots;
+      for (size_t k = 0; k < v.size(); ++k) {
+        u.window.elastic_bps += v[k].elastic_bps / static_cast<double>(v.size());
+        u.window.inelastic_bps += v[k].inelastic_bps / static_cast<double>(v.size());
+        u.window.limited |= v[k].limited;
+      }
+      in.push_back(u.window);
+    }
+    lu.window = link_share(links_[l].capacity_bps, in);
+    for (size_t n = 1; n <= kLinkSlots; ++n)
+      for (size_t k = 0; k < n; ++k) {
+        in.clear();
+        for (const auto& u : lu.users)
+          if (u.slots.size() == n) in.push_back(u.slots[k]);
+        lu.by_slots[n].emplace_back(links_[l].capacity_bps, in);
+      }
+  }
+  return use;
 }
 
 namespace {
@@ -185,7 +235,7 @@ void emit_drops_and_queues(emitter& emit, const rate_window& w, const stream_sum
       {MAGNET_STAT_QUEUE_RX_MEAN, MAGNET_STAT_QUEUE_RX_P50, MAGNET_STAT_QUEUE_RX_P99,
        MAGNET_STAT_QUEUE_RX_PPS}};
   for (int d = 0; d < 2; ++d) {
-    lat_stat k = w.c1.queue[d].since(w.c0.queue[d]);
+    const count_time k = since(w.c1.queue[d], w.c0.queue[d]);
     const bool any = have && k.count > 0;
     const auto& q = m.queue[static_cast<size_t>(d)];
     emit(qids[d][0], k.mean_ns() / 1e3, any);
@@ -222,7 +272,7 @@ void emit_kvm(emitter& emit, const rate_window& w) {
   double exit_time = 0;
   for (const auto& [idx, st] : w.c1.reasons) {
     auto it = w.c0.reasons.find(idx);
-    lat_stat d = it != w.c0.reasons.end() ? st.since(it->second) : st;
+    const count_time d = it != w.c0.reasons.end() ? since(st, it->second) : count_time{st.count, st.total_ns};
     if (!w.have || !d.count) continue;
     double frac = static_cast<double>(d.total_ns) / 1e9 / w.secs;
     if (!is_halt(idx)) exit_time += frac;
@@ -279,39 +329,35 @@ void vm_metrics::compute(uint32_t id, vm_state& s, const link_use& use) {
 // packets' queueing delay and drops there over the rate window's slots.
 void vm_metrics::emit_link(uint32_t id, const vm_state& s, const link_use& use, size_t nslots,
                            bool have, double secs, std::vector<view::stat_value>& out) const {
-  std::map<size_t, uint64_t> bytes;
+  std::vector<uint64_t> bytes(links_.size());
   for (const auto& sl : s.slots)
-    for (const auto& [l, ls] : sl.links) bytes[l] += ls.elastic_bytes + ls.inelastic_bytes;
+    for (const auto& [l, ls] : sl.links)
+      if (l < bytes.size()) bytes[l] += ls.elastic_bytes + ls.inelastic_bytes;
   size_t l = 0;
   uint64_t most = 0;
-  for (auto [i, b] : bytes)
-    if (b > most) most = b, l = i;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    if (bytes[i] > most) most = bytes[i], l = i;
   const link_info& li = links_[l];
   const bool cap = li.capacity_bps > 0;
   const size_t nl = std::min(kLinkSlots, s.slots.size());
-  std::map<uint32_t, link_usage> window;
-  std::vector<std::map<uint32_t, link_usage>> per_slot(nl);
-  if (auto it = use.find(l); it != use.end())
-    for (const auto& [vm, v] : it->second) {
-      link_usage sum;
-      for (size_t k = 0; k < v.size(); ++k) {
-        sum.elastic_bps += v[k].elastic_bps / static_cast<double>(v.size());
-        sum.inelastic_bps += v[k].inelastic_bps / static_cast<double>(v.size());
-        sum.limited |= v[k].limited;
-        if (v.size() == nl) per_slot[k][vm] = v[k];
-      }
-      window[vm] = sum;
-    }
-  double avail = available_bps(li.capacity_bps, window, id);
+  const link_state& lu = use[l];
+  auto me = std::lower_bound(lu.users.begin(), lu.users.end(), id,
+                             [](const link_user& u, uint32_t vm) { return u.vm < vm; });
+  const link_user* mine = me != lu.users.end() && me->vm == id ? &*me : nullptr;
+  double avail = lu.window.available(mine ? &mine->window : nullptr);
   if (s.allow_tx > 0) avail = std::min(avail, s.allow_tx);
+  std::array<double, kLinkSlots> per_slot{};
   double mean = 0, var = 0;
-  for (const auto& ps : per_slot) mean += available_bps(li.capacity_bps, ps, id) / nl;
-  for (const auto& ps : per_slot) {
-    double a = available_bps(li.capacity_bps, ps, id) - mean;
+  for (size_t k = 0; k < nl; ++k) {
+    per_slot[k] = lu.by_slots[nl][k].available(mine ? &mine->slots[k] : nullptr);
+    mean += per_slot[k] / nl;
+  }
+  for (size_t k = 0; k < nl; ++k) {
+    double a = per_slot[k] - mean;
     var += a * a / nl;
   }
+  const link_usage own = mine ? mine->window : link_usage{};
   emitter lemit{out, static_cast<uint32_t>(nl * 100000)};
-  const link_usage& own = window[id];
   lemit(MAGNET_STAT_LINK_CAPACITY, li.capacity_bps, cap);
   lemit(MAGNET_STAT_LINK_USE, own.elastic_bps + own.inelastic_bps, nl > 0);
   lemit(MAGNET_STAT_LINK_AVAILABLE, avail, cap && nl > 0);

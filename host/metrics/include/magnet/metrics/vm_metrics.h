@@ -89,7 +89,8 @@ class vm_metrics {
     std::map<size_t, link_slot> links;  // index into links_
   };
   struct vm_state {
-    std::deque<std::pair<uint64_t, vm_counters>> cum;  // (tick, counters), oldest first
+    // (tick, counters), the last kRateSlots + 1, oldest first
+    std::deque<std::pair<uint64_t, vm_counters>> cum;
     std::deque<slot> slots;                             // closed slots, oldest first
     slot open;
     uint64_t lost_base = 0;
@@ -98,10 +99,26 @@ class vm_metrics {
     std::vector<view::stat_value> stats;
   };
 
-  // Per link, per VM: its use in each of the last kLinkSlots slots.
-  using link_use = std::map<size_t, std::map<uint32_t, std::vector<link_usage>>>;
+  // One link's use this tick, for the model: every VM whose last
+  // kLinkSlots slots hold the link (ascending id), and the shares built
+  // from them once per tick, so that each VM's availability costs O(log N)
+  // rather than a model over every other VM.
+  struct link_user {
+    uint32_t vm = 0;
+    std::vector<link_usage> slots;  // its last min(kLinkSlots, its slots) slots, newest last
+    link_usage window;              // their mean
+  };
+  struct link_state {
+    std::vector<link_user> users;
+    link_share window;
+    // by_slots[n][k]: slot k of the users with n such slots (slots of VMs
+    // with different histories do not line up, so only equals are compared).
+    std::array<std::vector<link_share>, kLinkSlots + 1> by_slots;
+  };
+  using link_use = std::vector<link_state>;  // by index into links_
 
   int link_of_device(uint32_t netns, uint32_t ifindex) const;
+  link_use link_uses() const;
   // The VM's stats of this tick into s.stats.
   void compute(uint32_t id, vm_state& s, const link_use& use);
   void emit_link(uint32_t id, const vm_state& s, const link_use& use, size_t nslots, bool have,
