@@ -10,6 +10,7 @@ packages=(
   libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libvirt-dev libxml2-dev libcap-dev libseccomp-dev
   libpcap-dev  # magnet reconstruct reads pcap files
+  systemtap-sdt-dev  # sys/sdt.h: MAGNET_ADD in <magnet/usdt.h> (docs/instrumentation.md)
   # run and test: traffic, capture comparison, namespaces
   iproute2 iperf3 tcpdump procps util-linux python3
   # unit tests: the generated man pages (groff, man -l) and bash completion

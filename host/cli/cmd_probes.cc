@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "magnet/capture/capture.h"
+#include "magnet/capture/usdt.h"
 #include "magnet/events.h"
 
 namespace magnet::host {
@@ -17,6 +18,9 @@ static const char* kProbesHelp =
     "Methods are tried in order of preference: tp_btf, raw_tp, tracepoint,\n"
     "netfilter/cgroup_skb (the stable hooks of some layers), fentry, kprobe.\n"
     "MAGNET_DENY_METHODS=m1,m2 removes methods (to test fallbacks).\n"
+    "\n"
+    "app.add (application marks, magnet record --usdt) attaches by uprobe, from\n"
+    "its own BPF object.\n"
     "\n"
     "      --json   one JSON array: per probe its name, id, layer, description, the\n"
     "               method it attaches with (null: none) and every method's\n"
@@ -41,6 +45,15 @@ nlohmann::ordered_json plans_json(const std::vector<probe_plan>& plans) {
                                          : nlohmann::ordered_json(std::string(method_name(p.spec->methods[p.chosen].kind)))},
                  {"methods", std::move(methods)}});
   }
+  // app.add: not in the probe table (its own object, one method).
+  std::string why = usdt_unavailable();
+  a.push_back({{"probe", "app.add"},
+               {"id", MAGNET_EV_APP_ADD},
+               {"layer", "app"},
+               {"description", "an application's MAGNET_ADD mark (magnet record --usdt)"},
+               {"attach", why.empty() ? nlohmann::ordered_json("uprobe") : nlohmann::ordered_json(nullptr)},
+               {"methods", {{{"method", "uprobe"}, {"target", "magnet:add USDT"},
+                             {"ok", why.empty()}, {"why", why}}}}});
   return a;
 }
 
@@ -74,6 +87,9 @@ int cmd_probes(cli::args& a) {
     std::printf("%-18s %-10s %-11s %s\n", event_name(p.spec->type).c_str(), p.spec->layer,
                 chosen.c_str(), others.c_str());
   }
+  std::string why = usdt_unavailable();
+  std::printf("%-18s %-10s %-11s %s\n", "app.add", "app", why.empty() ? "uprobe" : "unavailable",
+              why.empty() ? "" : ("uprobe magnet:add USDT: " + why).c_str());
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "vm_follow.h"
 #include "magnet/capture/consumer.h"
+#include "magnet/capture/usdt.h"
 #include "magnet/events.h"
 #include "magnet/filters/predicate.h"
 #include "magnet/record.h"
@@ -54,6 +55,9 @@ static const char* kRecordHelp =
     "  -b, --buffer SIZE      kernel ring buffer size, power of two (default 16M)\n"
     "      --watermark SIZE   wake the reader when this much is waiting (default buffer/8)\n"
     "      --poll-timeout T   longest a record waits in the buffer (default 100ms)\n"
+    "      --usdt BIN[:PID]   also record the application marks (MAGNET_ADD of\n"
+    "                         <magnet/usdt.h>) of the binary BIN, in every process\n"
+    "                         or in PID, as app.add (docs/instrumentation.md)\n"
     "  -q, --quiet            no status line\n"
     "      --json             at the end, what was recorded as one JSON object on\n"
     "                         standard output: file, probes, records, bytes, lost\n"
@@ -68,7 +72,24 @@ struct record_opts {
   uint64_t sample_every = 0, sample_ns = 0, duration_ns = 0, ring = 16u << 20, watermark = 0,
            poll_ns = 100'000'000;
   bool quiet = false, json = false;
+  std::string usdt_binary;  // empty: no application marks
+  pid_t usdt_pid = -1;      // -1: every process running usdt_binary
 };
+
+// BIN[:PID]: a trailing ":digits" is the process, anything else is part of
+// the path.
+static void parse_usdt(const std::string& v, record_opts& o) {
+  auto colon = v.rfind(':');
+  bool has_pid = colon != std::string::npos && colon + 1 < v.size() &&
+                 v.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+  o.usdt_binary = has_pid ? v.substr(0, colon) : v;
+  if (o.usdt_binary.empty()) throw cli::usage_error("--usdt: missing binary path");
+  if (has_pid) {
+    uint64_t pid = cli::need(cli::parse_count(v.substr(colon + 1)), "--usdt");
+    if (pid == 0 || pid > INT32_MAX) throw cli::usage_error("--usdt: bad pid in " + v);
+    o.usdt_pid = static_cast<pid_t>(pid);
+  }
+}
 
 static record_opts parse_record(cli::args& a) {
   record_opts o;
@@ -81,6 +102,7 @@ static record_opts parse_record(cli::args& a) {
   auto buf = a.value("--buffer", "-b");
   auto wm = a.value("--watermark");
   auto pt = a.value("--poll-timeout");
+  auto usdt = a.value("--usdt");
   o.quiet = a.flag("--quiet", "-q");
   o.json = a.flag("--json");
   o.vms = parse_vm_select(a);
@@ -116,6 +138,7 @@ static record_opts parse_record(cli::args& a) {
   if (wm) o.watermark = cli::need(cli::parse_size(*wm), "--watermark");
   if (o.watermark >= o.ring) throw cli::usage_error("--watermark must be below --buffer");
   if (pt) o.poll_ns = cli::need(cli::parse_duration_ns(*pt), "--poll-timeout");
+  if (usdt) parse_usdt(*usdt, o);
   return o;
 }
 
@@ -211,6 +234,13 @@ static void print_summary(const record_opts& o, const std::set<uint16_t>& attach
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
 }
 
+// --usdt: the application marks, into the capture's ring.  Attached after
+// the capture probes, so a binary without marks fails before any record.
+static result<std::unique_ptr<usdt_marks>> attach_usdt(const record_opts& o, capture& cap) {
+  if (o.usdt_binary.empty()) return std::unique_ptr<usdt_marks>{};
+  return usdt_marks::attach(cap.ringbuf_fd(), o.usdt_binary, o.usdt_pid);
+}
+
 int cmd_record(cli::args& a) {
   if (a.flag("--help", "-h")) {
     std::fputs(kRecordHelp, stdout);
@@ -245,8 +275,14 @@ int cmd_record(cli::args& a) {
     std::fprintf(stderr, "magnet record: %s\n", s.err().message.c_str());
     return 1;
   }
+  auto marks = attach_usdt(o, **cap);
+  if (!marks) {
+    std::fprintf(stderr, "magnet record: %s\n", marks.err().message.c_str());
+    return 1;
+  }
   std::set<uint16_t> described = attached;
   described.insert(MAGNET_EV_LOST);
+  if (*marks) described.insert(MAGNET_EV_APP_ADD);
   auto w = trace_writer::create(o.out, local_sysinfo(), described);
   if (!w) {
     std::fprintf(stderr, "magnet record: %s\n", w.err().message.c_str());
@@ -286,6 +322,10 @@ int cmd_record(cli::args& a) {
   int rc = record_until_stopped(o, **cap, **cons, *w, write_status);
   // Detach first so the final drain sees everything that will ever come.
   (*cap)->stop(attached);
+  if (*marks && (*marks)->dropped())
+    std::fprintf(stderr, "magnet: warning: %llu app.add records lost (ring buffer full)\n",
+                 static_cast<unsigned long long>((*marks)->dropped()));
+  marks->reset();
   if (auto r = (*cons)->drain(); !r) rc = 1;
   if (!write_status) {
     std::fprintf(stderr, "magnet record: %s\n", write_status.err().message.c_str());

@@ -69,6 +69,7 @@ size_t payload_size(uint16_t kind) {
     case MAGNET_PL_NET_DROP: return sizeof(magnet_net_drop);
     case MAGNET_PL_VMNET_QUEUE: return sizeof(magnet_vmnet_queue);
     case MAGNET_PL_VMNET_VHOST: return sizeof(magnet_vmnet_vhost);
+    case MAGNET_PL_APP_ADD: return sizeof(magnet_app_add);
     default: return 0;
   }
 }
@@ -91,7 +92,8 @@ std::string_view payload_kind_name(uint16_t kind) {
       "none",  "sysinfo", "lost",         "event_desc",   "sock",
       "pkt",   "tcp_state", "sched_switch", "sched_wakeup", "proc_fork",
       "proc_exit", "blk", "kvm_exit",     "kvm_entry", "kvm_userspace_exit",
-      "kvm_wakeup", "kvm_halt_poll", "net_drop", "vmnet_queue", "vmnet_vhost"};
+      "kvm_wakeup", "kvm_halt_poll", "net_drop", "vmnet_queue", "vmnet_vhost",
+      "app_add"};
   static_assert(std::size(names) == MAGNET_PL_COUNT);
   return kind < MAGNET_PL_COUNT ? names[kind] : "unknown";
 }

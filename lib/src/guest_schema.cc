@@ -198,6 +198,9 @@ constexpr guest_row kRows[] = {
     // abstract_id: the host tid of the VM's vhost worker.
     row<magnet_vmnet_vhost>(MAGNET_EV_VMNET_VHOST_TX, MAGNET_PL_VMNET_VHOST, gi::rekey, kVhost),
     row<magnet_vmnet_vhost>(MAGNET_EV_VMNET_VHOST_RX, MAGNET_PL_VMNET_VHOST, gi::rekey, kVhost),
+    // A host application's marks are that application's, not any guest's.
+    refused<magnet_app_add>(MAGNET_EV_APP_ADD, MAGNET_PL_APP_ADD,
+                            "host applications' own marks (app.add of a host binary)"),
 };
 
 // The one row of @table whose @key is @k; nullptr when there is none, or

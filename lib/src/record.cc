@@ -119,6 +119,10 @@ const field kVmnetQueue[] = {
 const field kVmnetVhost[] = {
     F(magnet_vmnet_vhost, duration_ns, u64),
 };
+const field kAppAdd[] = {
+    F(magnet_app_add, event_id, u32), FN(magnet_app_add, "app_abstract_id", abstract_id, u32),
+    F(magnet_app_add, value, u64),
+};
 #undef F
 #undef FN
 
@@ -253,6 +257,7 @@ std::span<const field> payload_fields(uint16_t kind) {
     case MAGNET_PL_NET_DROP: return kNetDrop;
     case MAGNET_PL_VMNET_QUEUE: return kVmnetQueue;
     case MAGNET_PL_VMNET_VHOST: return kVmnetVhost;
+    case MAGNET_PL_APP_ADD: return kAppAdd;
     default: return {};
   }
 }

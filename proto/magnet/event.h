@@ -32,7 +32,7 @@
 #endif
 
 #define MAGNET_FORMAT_MAJOR 1
-#define MAGNET_FORMAT_MINOR 2
+#define MAGNET_FORMAT_MINOR 3 /* 3: app.add */
 
 /* Written natively into the sysinfo record: a reader that sees the bytes
  * reversed knows the trace was written on a machine of the other endianness. */
@@ -69,6 +69,7 @@ enum magnet_payload_kind {
 	MAGNET_PL_NET_DROP = 17,
 	MAGNET_PL_VMNET_QUEUE = 18,
 	MAGNET_PL_VMNET_VHOST = 19,
+	MAGNET_PL_APP_ADD = 20, /* minor 3 */
 	MAGNET_PL_COUNT
 };
 
@@ -81,6 +82,7 @@ enum magnet_payload_kind {
  *   0x0300 - 0x03ff   block I/O                 (blk.*)
  *   0x0400 - 0x04ff   host hypervisor           (kvm.*)
  *   0x0500 - 0x05ff   host VM network path      (vmnet.*: tap, vhost-net)
+ *   0x0600 - 0x06ff   application probes        (app.*: USDT marks)
  *   0x0800 - 0x0fff   guest-side probes         (guest.*)
  *   0x1000 - 0x1fff   synthetic records made by the synthesis engine
  *
@@ -115,7 +117,8 @@ enum magnet_payload_kind {
 	X(VMNET_QUEUE_TX, 0x0500, "vmnet.queue.tx", MAGNET_PL_VMNET_QUEUE)    \
 	X(VMNET_QUEUE_RX, 0x0501, "vmnet.queue.rx", MAGNET_PL_VMNET_QUEUE)    \
 	X(VMNET_VHOST_TX, 0x0502, "vmnet.vhost.tx", MAGNET_PL_VMNET_VHOST)    \
-	X(VMNET_VHOST_RX, 0x0503, "vmnet.vhost.rx", MAGNET_PL_VMNET_VHOST)
+	X(VMNET_VHOST_RX, 0x0503, "vmnet.vhost.rx", MAGNET_PL_VMNET_VHOST)    \
+	X(APP_ADD, 0x0600, "app.add", MAGNET_PL_APP_ADD)
 
 enum magnet_event_type {
 #define MAGNET_X_ENUM(sym, id, name, pl) MAGNET_EV_##sym = id,
@@ -421,6 +424,18 @@ struct magnet_vmnet_vhost {
 	__u64 duration_ns;
 };
 
+/* app.add: an application's own mark, MAGNET_ADD(event_id, abstract_id,
+ * value) of <magnet/usdt.h>, read by a uprobe on its USDT note (minor 3).
+ * hdr.tgid/tid: the marking thread; hdr.abstract_id = abstract_id (the
+ * record's identity, as for other events); hdr.vm_id 0; hdr.size 0.
+ * Not a probe slot: the USDT object has its own control (see
+ * kmod/bpf/usdt.bpf.c), so the per-probe control arrays keep their size. */
+struct magnet_app_add {
+	__u32 event_id;    /* chosen by the application */
+	__u32 abstract_id; /* chosen by the application */
+	__u64 value;
+};
+
 /* Layout guards, checked by clang -target bpf and by g++ alike. */
 #ifdef __cplusplus
 #define MAGNET_STATIC_ASSERT(c, m) static_assert(c, m)
@@ -449,6 +464,7 @@ MAGNET_ASSERT_SIZE(magnet_kvm_halt_poll, 16);
 MAGNET_ASSERT_SIZE(magnet_net_drop, 24);
 MAGNET_ASSERT_SIZE(magnet_vmnet_queue, 24);
 MAGNET_ASSERT_SIZE(magnet_vmnet_vhost, 8);
+MAGNET_ASSERT_SIZE(magnet_app_add, 16);
 MAGNET_STATIC_ASSERT(__builtin_offsetof(struct magnet_hdr, type) == 32, "hdr.type moved");
 MAGNET_STATIC_ASSERT(__builtin_offsetof(struct magnet_hdr, len) == 36, "hdr.len moved");
 

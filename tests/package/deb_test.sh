@@ -87,7 +87,7 @@ declare -A want=(
   [magnet]="./usr/bin/magnet ./usr/lib/systemd/system/magnet.service ./etc/magnet/magnet.conf ./usr/share/man/man1/magnet.1 ./usr/share/bash-completion/completions/magnet"
   [magnet-agent]="./usr/bin/magnet-agent ./usr/bin/magnet-watch ./usr/bin/magnet-poll ./usr/bin/magnet-adapt ./usr/lib/systemd/system/magnet-agent.service ./usr/share/man/man1/magnet-agent.1"
   [libmagnet-client]="./usr/lib/x86_64-linux-gnu/libmagnet-client.so.0"
-  [libmagnet-client-dev]="./usr/include/magnet/client.h ./usr/include/magnet/client.hpp ./usr/lib/x86_64-linux-gnu/libmagnet-client.so ./usr/lib/x86_64-linux-gnu/pkgconfig/magnet-client.pc"
+  [libmagnet-client-dev]="./usr/include/magnet/client.h ./usr/include/magnet/client.hpp ./usr/include/magnet/usdt.h ./usr/lib/x86_64-linux-gnu/libmagnet-client.so ./usr/lib/x86_64-linux-gnu/pkgconfig/magnet-client.pc"
 )
 for p in "${!want[@]}"; do
   deb=$(ls "$work"/debs/"${p}"_*.deb 2>/dev/null | head -1)
@@ -101,6 +101,8 @@ done
 dpkg-deb -f "$work"/debs/magnet-agent_*.deb Depends | grep -q "libmagnet-client (= " ||
   fail "magnet-agent does not depend on its libmagnet-client"
 dpkg-deb -f "$work"/debs/magnet-agent_*.deb Depends | grep -q "libvirt" && fail "magnet-agent depends on libvirt"
+dpkg-deb -f "$work"/debs/libmagnet-client-dev_*.deb Depends | grep -q "systemtap-sdt-dev" ||
+  fail "libmagnet-client-dev does not depend on systemtap-sdt-dev (magnet/usdt.h includes sys/sdt.h)"
 
 step "apt install the packages in the root"
 mkdir -p "$root/tmp/debs"

@@ -89,8 +89,10 @@ export PKG_CONFIG_PATH=$root$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
 flags=$(pkg-config --cflags --libs magnet-client) || fail "pkg-config magnet-client"
 cat >"$stage/app.c" <<'APP'
 #include <magnet/client.h>
+#include <magnet/usdt.h>
 #include <stdio.h>
 int main(void) {
+  MAGNET_ADD(1, 2, 3);  /* the installed USDT header compiles into a C program */
   magnet_client *c = magnet_client_new("/nonexistent/agent.sock");
   if (!c) return 3;
   int r = magnet_client_poll(c, 0);

@@ -52,6 +52,7 @@ TEST(Abi, EventIdsAreUniqueAndInTheirReservedRanges) {
     else if (n.starts_with("blk.")) EXPECT_TRUE(e.type >= 0x0300 && e.type < 0x0400);
     else if (n.starts_with("kvm.")) EXPECT_TRUE(e.type >= 0x0400 && e.type < 0x0500);
     else if (n.starts_with("vmnet.")) EXPECT_TRUE(e.type >= 0x0500 && e.type < 0x0600);
+    else if (n.starts_with("app.")) EXPECT_TRUE(e.type >= 0x0600 && e.type < 0x0700);
     else ADD_FAILURE() << "event outside any reserved range";
   }
 }
@@ -65,6 +66,15 @@ TEST(Abi, StableIdsNeverChange) {
   EXPECT_EQ(MAGNET_EV_SCHED_SWITCH, 0x0200);
   EXPECT_EQ(MAGNET_EV_BLK_ISSUE, 0x0300);
   EXPECT_EQ(MAGNET_EV_KVM_EXIT, 0x0400);
+  EXPECT_EQ(MAGNET_EV_APP_ADD, 0x0600);
+}
+
+TEST(Abi, AppAddLayoutIsFixed) {
+  EXPECT_EQ(sizeof(magnet_app_add), 16u);
+  EXPECT_EQ(offsetof(magnet_app_add, event_id), 0u);
+  EXPECT_EQ(offsetof(magnet_app_add, abstract_id), 4u);
+  EXPECT_EQ(offsetof(magnet_app_add, value), 8u);
+  EXPECT_EQ(payload_size(MAGNET_PL_APP_ADD), 16u);
 }
 
 TEST(Abi, ProbeSlotsMapBothWays) {

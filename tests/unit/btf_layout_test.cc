@@ -137,12 +137,20 @@ const std::map<std::string, std::pair<size_t, layout>> kStructs = {
       {M(magnet_vm_pcpu, credit_ns), M(magnet_vm_pcpu, last_ns), M(magnet_vm_pcpu, quota_lost),
        M(magnet_vm_pcpu, ring_lost)}}},
 };
+
+// The structs of the USDT object (kmod/bpf/usdt.bpf.c): the record it writes.
+const std::map<std::string, std::pair<size_t, layout>> kUsdtStructs = {
+    {"magnet_hdr", kStructs.at("magnet_hdr")},
+    {"magnet_app_add",
+     {sizeof(magnet_app_add),
+      {M(magnet_app_add, event_id), M(magnet_app_add, abstract_id), M(magnet_app_add, value)}}},
+};
 #undef M
 
-TEST(BtfLayout, ProtoStructsMatchTheCompiledBpfObject) {
-  btf* b = btf__parse_elf(MAGNET_BPF_OBJ, nullptr);
-  ASSERT_NE(b, nullptr) << "cannot read BTF from " << MAGNET_BPF_OBJ;
-  for (const auto& [name, want] : kStructs) {
+void expect_layouts(const char* obj, const std::map<std::string, std::pair<size_t, layout>>& structs) {
+  btf* b = btf__parse_elf(obj, nullptr);
+  ASSERT_NE(b, nullptr) << "cannot read BTF from " << obj;
+  for (const auto& [name, want] : structs) {
     SCOPED_TRACE(name);
     int id = btf__find_by_name_kind(b, name.c_str(), BTF_KIND_STRUCT);
     ASSERT_GT(id, 0) << "struct missing from the object's BTF";
@@ -162,5 +170,9 @@ TEST(BtfLayout, ProtoStructsMatchTheCompiledBpfObject) {
   }
   btf__free(b);
 }
+
+TEST(BtfLayout, ProtoStructsMatchTheCompiledBpfObject) { expect_layouts(MAGNET_BPF_OBJ, kStructs); }
+
+TEST(BtfLayout, AppAddMatchesTheUsdtBpfObject) { expect_layouts(MAGNET_USDT_BPF_OBJ, kUsdtStructs); }
 
 }  // namespace

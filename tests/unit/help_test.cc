@@ -66,7 +66,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kCommandOpti
     {"probes", {"--json"}},
     {"record",
      {"-o, --output", "-p, --probes", "-f, --filter", "--vm", "--uri", "--sample", "--sample-time",
-      "-d, --duration", "-b, --buffer", "--watermark", "--poll-timeout", "-q, --quiet", "--json"}},
+      "-d, --duration", "-b, --buffer", "--watermark", "--poll-timeout", "--usdt", "-q, --quiet", "--json"}},
     {"dump", {"-F, --format", "-o, --output", "--json"}},
     {"stat", {"-p, --probes", "--vm", "--uri", "-i, --interval", "-c, --count", "-d, --duration", "--json"}},
     {"kvm", {"-i, --interval", "-c, --count", "-d, --duration", "--per-vcpu", "--vm", "--uri", "--json"}},
