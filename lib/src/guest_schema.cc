@@ -198,6 +198,12 @@ constexpr guest_row kRows[] = {
     // abstract_id: the host tid of the VM's vhost worker.
     row<magnet_vmnet_vhost>(MAGNET_EV_VMNET_VHOST_TX, MAGNET_PL_VMNET_VHOST, gi::rekey, kVhost),
     row<magnet_vmnet_vhost>(MAGNET_EV_VMNET_VHOST_RX, MAGNET_PL_VMNET_VHOST, gi::rekey, kVhost),
+    // The schema keeps spans of a fixed payload; these carry raw frames
+    // of any device (a packet capture for magnet record), not a VM's view.
+    refused<magnet_pkt_snap>(MAGNET_EV_NET_PKT_XMIT, MAGNET_PL_PKT_SNAP,
+                             "raw packet bytes (magnet record --snap), not a per-VM record"),
+    refused<magnet_pkt_snap>(MAGNET_EV_NET_PKT_RECV, MAGNET_PL_PKT_SNAP,
+                             "raw packet bytes (magnet record --snap), not a per-VM record"),
 };
 
 // The one row of @table whose @key is @k; nullptr when there is none, or
