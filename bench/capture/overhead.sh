@@ -4,7 +4,7 @@
 # docs/bench.md for what every number means.
 #
 #   overhead.sh [--rounds R] [--seconds T] [--proto udp,tcp] [--json FILE]
-#               [--modes baseline,stream,stream4,aggregation,aggregation4,tcpdump]
+#               [--modes baseline,stream,stream4,aggregation,aggregation4,packet,tcpdump]
 #               [--build DIR] [--build-b DIR] [--pin]
 #       goodput per mode, runs interleaved (order rotated every round);
 #       a mode written MODE@b runs with the build given by --build-b (an
@@ -29,6 +29,13 @@
 #         empty         empty BPF programs (empty_probes) on the 8 hooks: the
 #                       floor any probe on these hooks pays (optional mode)
 #         empty4        empty programs on the 4 send hooks (optional mode)
+#         packet        magnet record --snap 96 -i VETH: one record per packet
+#                       with its first 96 bytes, on the receiver's veth only
+#                       (inside the receiver namespace): what tcpdump sees;
+#                       trace file on /dev/shm.  Its BPF time is measured
+#                       in one more run per protocol with bpf_stats on (off
+#                       during the goodput rounds: its clock reads would
+#                       weigh on magnet alone)
 #         tcpdump       tcpdump -s 96 -w /dev/null on the receiver's veth
 #                       (inside the receiver namespace)
 set -euo pipefail
@@ -179,6 +186,11 @@ start_mode() {  # mode -> sets HPID (helper PID or empty)
       "$magnet" stat --probes $probes --interval 1s >"$WORK/helper.out" 2>&1 &
       HPID=$!; PIDS+=("$HPID")
       wait_for "$WORK/helper.out" "." 15 ;;   # first table: probes attached
+    packet)
+      : >"$WORK/helper.err"
+      ip netns exec "$NS_R" "$magnet" record -o "$WORK/trace.mgt" --snap 96 -i "$V_R" 2>"$WORK/helper.err" &
+      HPID=$!; PIDS+=("$HPID")
+      wait_for "$WORK/helper.err" "recording" 15 ;;
     tcpdump)
       : >"$WORK/helper.err"
       ip netns exec "$NS_R" tcpdump -n -i "$V_R" -s 96 -w /dev/null 2>"$WORK/helper.err" &
@@ -186,6 +198,41 @@ start_mode() {  # mode -> sets HPID (helper PID or empty)
       wait_for "$WORK/helper.err" "listening on" 15 ;;
     *) echo "overhead.sh: unknown mode $1" >&2; exit 2 ;;
   esac
+}
+
+# Packet capture's BPF time: one more run per protocol with bpf_stats on,
+# the record process's programs summed (run_time_ns over every run, on
+# every device: the interface test is inside the program).
+packet_cpu() {
+  local protos=(${PROTOS//,/ }) proto ids line recs
+  OLD_STATS=$(sysctl -n kernel.bpf_stats_enabled)
+  sysctl -qw kernel.bpf_stats_enabled=1
+  printf 'proto\tbpf_ns\tbpf_cnt\trecords\tgoodput_bps\n' >"$WORK/packet_cpu.tsv"
+  for proto in "${protos[@]}"; do
+    start_mode packet
+    ids=$(prog_ids "$HPID")
+    bpftool prog show --json >"$WORK/before.json"
+    read -r bps pk lp < <(run_iperf "$proto" "$WORK/iperf.json" 0) || true
+    [[ -n "${bps:-}" ]] || { echo "overhead.sh: iperf3 run failed" >&2; exit 1; }
+    bpftool prog show --json >"$WORK/after.json"
+    stop_pid "$HPID"
+    line=$(grep -E '^magnet: [0-9]+ records' "$WORK/helper.err" | tail -1)
+    recs=$(sed -E 's/^magnet: ([0-9]+) records.*/\1/' <<<"$line")
+    rm -f "$WORK/trace.mgt"
+    python3 - "$WORK/before.json" "$WORK/after.json" "$proto" "$recs" "$bps" $ids >>"$WORK/packet_cpu.tsv" <<'EOF'
+import json, sys
+b = {p["id"]: p for p in json.load(open(sys.argv[1]))}
+a = {p["id"]: p for p in json.load(open(sys.argv[2]))}
+ns = cnt = 0
+for i in map(int, sys.argv[6:]):
+    if i in a:
+        ns += a[i].get("run_time_ns", 0) - b.get(i, {}).get("run_time_ns", 0)
+        cnt += a[i].get("run_cnt", 0) - b.get(i, {}).get("run_cnt", 0)
+print("\t".join(map(str, [sys.argv[3], ns, cnt, sys.argv[4], sys.argv[5]])))
+EOF
+    printf '  %s packet CPU run: bpf_stats on, %s records\n' "$proto" "$recs" >&2
+  done
+  sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS"
 }
 
 run_overhead() {
@@ -203,13 +250,17 @@ run_overhead() {
         [[ -n "$HPID" ]] && { c1=$(cpu_ticks "$HPID"); s1=$(vol_csw "$HPID"); }
         local recs=- lost=-
         if [[ -n "$HPID" ]]; then stop_pid "$HPID"; fi
-        if [[ $mode == stream* ]]; then
+        if [[ $mode == stream* || $mode == packet* ]]; then
           local line
           line=$(grep -E '^magnet: [0-9]+ records, [0-9]+ bytes, [0-9]+ lost' "$WORK/helper.err" | tail -1)
           [[ -n "$line" ]] || { echo "overhead.sh: no final line from magnet record:" >&2; cat "$WORK/helper.err" >&2; exit 1; }
           recs=$(sed -E 's/^magnet: ([0-9]+) records.*/\1/' <<<"$line")
           lost=$(sed -E 's/.* ([0-9]+) lost.*/\1/' <<<"$line")
           rm -f "$WORK/trace.mgt"
+        elif [[ $mode == tcpdump ]]; then  # its exit lines: captured, dropped by kernel
+          recs=$(sed -nE 's/^([0-9]+) packets? captured.*/\1/p' "$WORK/helper.err" | tail -1)
+          lost=$(sed -nE 's/^([0-9]+) packets? dropped by kernel.*/\1/p' "$WORK/helper.err" | tail -1)
+          recs=${recs:--} lost=${lost:--}
         fi
         local hcpu
         hcpu=$(awk -v a="$c0" -v b="$c1" -v t="$CLK_TCK" 'BEGIN{printf "%.2f", (b-a)/t}')
@@ -217,12 +268,13 @@ run_overhead() {
           "$recs" "$lost" "$hcpu" "$((s1 - s0))" >>"$RESULTS"
         printf '  %s round %d %-12s %8.0f Mbit/s%s\n' "$proto" "$r" "$mode" \
           "$(awk -v b="$bps" 'BEGIN{print b/1e6}')" \
-          "$([[ $mode == stream* ]] && echo ", $recs records, $lost lost")" >&2
+          "$([[ $mode == stream* || $mode == packet* ]] && echo ", $recs records, $lost lost")" >&2
       done
     done
   done
-  python3 - "$RESULTS" "$JSON" "$ROUNDS" "$DUR" <<'EOF'
-import csv, json, statistics, sys
+  [[ ",$MODES," == *,packet,* ]] && packet_cpu
+  python3 - "$RESULTS" "$JSON" "$ROUNDS" "$DUR" "$WORK/packet_cpu.tsv" <<'EOF'
+import csv, json, os, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 out = {"bench": "capture_overhead", "rounds": int(sys.argv[3]), "seconds": float(sys.argv[4]),
        "path": "iperf3 over veth between two netns", "protocols": {}}
@@ -230,7 +282,39 @@ targets = {"stream": 0.95, "stream4": 0.95, "aggregation": 0.98, "aggregation4":
 targets.update({m + "@b": t for m, t in list(targets.items())})
 label = {"stream": "stream (8 rec/dgram)", "stream4": "stream4 (4 rec/dgram)",
          "aggregation": "aggregation (8 probes)", "aggregation4": "aggregation4 (4 probes)",
-         "empty": "empty progs (8 hooks)", "empty4": "empty progs (4 hooks)"}
+         "empty": "empty progs (8 hooks)", "empty4": "empty progs (4 hooks)",
+         "packet": "packet (--snap 96)", "tcpdump": "tcpdump -s 96"}
+recorded = ("stream", "packet", "tcpdump")  # modes that count their records
+# CPU of packet capture: magnet's BPF time (the bpf_stats run) and its
+# record process, against the tcpdump process (utime+stime; its in-kernel
+# copy, AF_PACKET in softirq, is charged to no process and not counted).
+cpu_runs = list(csv.DictReader(open(sys.argv[5]), delimiter="\t")) if os.path.exists(sys.argv[5]) else []
+def packet_cpu_summary(proto, pr, res):
+    run = next((c for c in cpu_runs if c["proto"] == proto), None)
+    if not run or "packet" not in res or "tcpdump" not in res: return
+    secs = float(sys.argv[4])
+    med = statistics.median
+    recs_p = med(int(r["records"]) for r in pr if r["mode"] == "packet")
+    recs_t = [int(r["records"]) for r in pr if r["mode"] == "tcpdump" and r["records"] != "-"]
+    proc_p = res["packet"]["helper_cpu_s_median"]; proc_t = res["tcpdump"]["helper_cpu_s_median"]
+    bpf_s = int(run["bpf_ns"]) / 1e9
+    bpf_per_rec = int(run["bpf_ns"]) / max(1, int(run["records"]))
+    tot_p = proc_p + bpf_per_rec * recs_p / 1e9
+    e = {"bpf_run_s": bpf_s, "bpf_runs": int(run["bpf_cnt"]), "bpf_run_records": int(run["records"]),
+         "bpf_ns_per_record": bpf_per_rec, "process_cpu_s": proc_p,
+         "magnet_cpu_s": tot_p, "magnet_ns_per_record": tot_p * 1e9 / max(1, recs_p),
+         "tcpdump_process_cpu_s": proc_t,
+         "tcpdump_ns_per_packet": proc_t * 1e9 / max(1, med(recs_t)) if recs_t else None}
+    e["less_cpu_than_tcpdump"] = e["magnet_cpu_s"] < proc_t
+    res["packet"]["cpu"] = e
+    print(f"packet CPU per {secs:g} s run (medians): magnet record {proc_p:.2f} s + BPF "
+          f"{bpf_per_rec:.0f} ns/record x {recs_p:.0f} records = {tot_p:.2f} s "
+          f"({e['magnet_ns_per_record']:.0f} ns/record); tcpdump process {proc_t:.2f} s"
+          + (f" ({e['tcpdump_ns_per_packet']:.0f} ns/packet)" if recs_t else "")
+          + " (its kernel copy not counted): " + ("less" if e["less_cpu_than_tcpdump"] else "more") + " CPU than tcpdump")
+    print(f"  BPF from a separate run with bpf_stats: {run['bpf_cnt']} program runs (every device), "
+          f"{bpf_s:.3f} s, {run['records']} records, goodput {float(run['goodput_bps'])/1e6:.0f} Mbit/s")
+
 for proto in dict.fromkeys(r["proto"] for r in rows):
     pr = [r for r in rows if r["proto"] == proto]
     modes = list(dict.fromkeys(r["mode"] for r in pr))
@@ -249,15 +333,16 @@ for proto in dict.fromkeys(r["proto"] for r in rows):
              "udp_lost_pct_median": statistics.median(float(r["udp_lost_pct"]) for r in mr),
              "helper_cpu_s_median": statistics.median(float(r["helper_cpu_s"]) for r in mr),
              "helper_voluntary_csw_median": statistics.median(int(r["helper_vol_csw"]) for r in mr)}
-        if m.startswith("stream"):
-            e["records"] = [int(r["records"]) for r in mr]
-            e["lost_events"] = [int(r["lost_events"]) for r in mr]
+        if m.startswith(recorded):
+            e["records"] = [int(r["records"]) if r["records"] != "-" else None for r in mr]
+            e["lost_events"] = [int(r["lost_events"]) if r["lost_events"] != "-" else None for r in mr]
             e["records_per_packet"] = statistics.median(
-                int(r["records"]) / max(1, int(r["packets"])) for r in mr) if proto == "udp" else None
+                int(r["records"]) / max(1, int(r["packets"])) for r in mr
+                if r["records"] != "-") if proto == "udp" and m.startswith(("stream", "packet")) else None
         if m in targets:
             e["target_ratio"] = targets[m]
         res[m] = e
-    for m in ("stream", "stream4", "stream@b", "stream4@b"):
+    for m in ("stream", "stream4", "stream@b", "stream4@b", "packet", "packet@b"):
         if m in res and "tcpdump" in res:
             res[m]["above_tcpdump"] = res[m]["goodput_bps"]["median"] > res["tcpdump"]["goodput_bps"]["median"]
             # same round: this run against the tcpdump run of that round
@@ -275,16 +360,17 @@ for proto in dict.fromkeys(r["proto"] for r in rows):
         rrs = f"{rr['median']:.3f} ({rr['min']:.3f}-{rr['max']:.3f})" if rr else "-"
         cpu = f"{100*e['helper_cpu_s_median']/float(sys.argv[4]):.0f}%" if m != "baseline" else "-"
         wk = f"{e['helper_voluntary_csw_median']/float(sys.argv[4]):.0f}" if m != "baseline" else "-"
-        lost = ",".join(map(str, e["lost_events"])) if m.startswith("stream") else ""
+        lost = ",".join(map(str, e["lost_events"])) if m.startswith(recorded) else ""
         lbl = label.get(m.removesuffix("@b"), m) + (" @b" if m.endswith("@b") else "")
         print(f"{lbl:<24}{g['median']/1e6:>9.0f}{mm:>15}{rat:>8}{rrs:>24}{e['udp_lost_pct_median']:>10.2f}{cpu:>11}{wk:>10}  {lost}")
-    for m in ("stream", "stream4", "stream@b", "stream4@b"):
+    for m in ("stream", "stream4", "stream@b", "stream4@b", "packet", "packet@b"):
         if m in res and res[m].get("records_per_packet"):
             print(f"{m}: {res[m]['records_per_packet']:.2f} records per datagram sent")
-    for m in ("stream", "stream4", "stream@b", "stream4@b"):
+    for m in ("stream", "stream4", "stream@b", "stream4@b", "packet", "packet@b"):
         if m in res and "above_tcpdump" in res[m]:
             print(f"{m}: {'above' if res[m]['above_tcpdump'] else 'below'} tcpdump (medians); "
                   f"above it in {res[m]['rounds_above_tcpdump']} of {len(res[m]['samples_bps'])} rounds")
+    packet_cpu_summary(proto, pr, res)
 if sys.argv[2]:
     s = json.dumps(out, indent=1)
     if sys.argv[2] == "-": print(s)

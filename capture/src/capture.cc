@@ -76,6 +76,16 @@ const std::vector<probe_spec> kProbes = {
     {MAGNET_P_NET_DEV_RECV, MAGNET_EV_NET_DEV_RECV, "device", "packet received from a device",
      {{M::tp_btf, {"dev_recv_btf"}, "net/netif_receive_skb"},
       {M::raw_tp, {"dev_recv_raw"}, "net/netif_receive_skb"}}},
+    // Packet capture: the net.dev hooks again, with the frame's first bytes
+    // (capture_options::snap_bytes); selected only by name (select_events).
+    {MAGNET_P_NET_PKT_XMIT, MAGNET_EV_NET_PKT_XMIT, "device",
+     "packet queued to a device, with its first bytes (a packet capture)",
+     {{M::tp_btf, {"pkt_xmit_btf"}, "net/net_dev_queue"},
+      {M::raw_tp, {"pkt_xmit_raw"}, "net/net_dev_queue"}}},
+    {MAGNET_P_NET_PKT_RECV, MAGNET_EV_NET_PKT_RECV, "device",
+     "packet received from a device, with its first bytes (a packet capture)",
+     {{M::tp_btf, {"pkt_recv_btf"}, "net/netif_receive_skb"},
+      {M::raw_tp, {"pkt_recv_raw"}, "net/netif_receive_skb"}}},
     {MAGNET_P_NET_TCP_STATE, MAGNET_EV_NET_TCP_STATE, "transport",
      "TCP state snapshot on each received segment",
      {{M::tp_btf, {"tcp_state_btf"}, "tcp/tcp_probe"},
@@ -496,6 +506,9 @@ result<std::unique_ptr<capture>> capture::open(const capture_options& opt) {
   if (auto miss = missing_capabilities(); !miss.empty())
     return error{"loading probes needs capabilities that this process lacks: " + miss, EPERM};
   size_t rb = opt.ring_bytes;
+  if (opt.snap_bytes < 1 || opt.snap_bytes > MAGNET_SNAP_MAX)
+    return error{"packet capture length must be 1 to " + std::to_string(MAGNET_SNAP_MAX) +
+                 " bytes (got " + std::to_string(opt.snap_bytes) + ")"};
   if (rb < 4096 || (rb & (rb - 1)))
     return error{"ring buffer size must be a power of two of at least 4096 bytes (got " +
                  std::to_string(rb) + ")"};
@@ -543,6 +556,9 @@ result<std::unique_ptr<capture>> capture::open(const capture_options& opt) {
   c->skel_->rodata->cgskb_has_task =
       libbpf_probe_bpf_helper(BPF_PROG_TYPE_CGROUP_SKB, BPF_FUNC_get_current_pid_tgid, nullptr) > 0;
   c->skel_->rodata->has_rdonly_mem = c->kf_.rdonly_mem();
+  c->skel_->rodata->snap_len = static_cast<__u32>(opt.snap_bytes);
+  c->skel_->rodata->snap_ifindex = opt.snap_ifindex;
+  c->skel_->rodata->snap_netns = opt.snap_netns_ino;
   uint64_t wm = opt.wakeup_watermark ? opt.wakeup_watermark : rb / 8;
   c->skel_->bss->filter_ctl.wakeup_watermark = wm;
   // mg_submit checks the watermark on one record in N per probe and CPU, so

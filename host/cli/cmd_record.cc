@@ -1,4 +1,6 @@
+#include <net/if.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -49,6 +51,13 @@ static const char* kRecordHelp =
     "                         run in the kernel, the rest before writing; a part\n"
     "                         on vm needs --vm or --uri\n"
     MAGNET_HELP_VM_SELECT
+    "      --snap N           a packet capture: one net.pkt.xmit/recv record per\n"
+    "                         packet with its first N bytes (1-128) from the\n"
+    "                         link-layer header on, as tcpdump -s N; alone unless\n"
+    "                         --probes names others (--probes net.pkt without\n"
+    "                         --snap keeps 96)\n"
+    "  -i, --interface DEV    with --snap: the packets of device DEV of this\n"
+    "                         network namespace only, as tcpdump -i DEV\n"
     "      --sample N         keep 1 event in N per probe and CPU\n"
     "      --sample-time T    keep at most 1 event per T per probe and CPU (e.g. 1ms)\n"
     "  -d, --duration T       stop after T (e.g. 10, 2.5s, 500ms)\n"
@@ -70,7 +79,8 @@ struct record_opts {
   std::set<uint16_t> types;
   filters::predicate pred;
   uint64_t sample_every = 0, sample_ns = 0, duration_ns = 0, ring = 16u << 20, watermark = 0,
-           poll_ns = 100'000'000;
+           poll_ns = 100'000'000, snap = 96;
+  uint32_t snap_ifindex = 0, snap_netns_ino = 0;
   bool quiet = false, json = false;
   std::string usdt_binary;  // empty: no application marks
   pid_t usdt_pid = -1;      // -1: every process running usdt_binary
@@ -91,6 +101,33 @@ static void parse_usdt(const std::string& v, record_opts& o) {
   }
 }
 
+// --snap N and --interface DEV: packet capture, its length and its device.
+static void parse_snap(record_opts& o, const std::optional<std::string>& snap,
+                       const std::optional<std::string>& iface) {
+  if (snap) {
+    auto n = cli::need(cli::parse_count(*snap), "--snap");
+    if (n < 1 || n > MAGNET_SNAP_MAX)
+      throw cli::usage_error("--snap: " + *snap + " bytes is outside 1.." + std::to_string(MAGNET_SNAP_MAX));
+    o.snap = n;
+    // Both directions, unless --probes chose one (net.pkt.recv: a receiver's
+    // view, as tcpdump -Q in).
+    if (!o.types.count(MAGNET_EV_NET_PKT_XMIT) && !o.types.count(MAGNET_EV_NET_PKT_RECV))
+      o.types.insert({MAGNET_EV_NET_PKT_XMIT, MAGNET_EV_NET_PKT_RECV});
+  }
+  if (iface) {
+    if (!o.types.count(MAGNET_EV_NET_PKT_XMIT) && !o.types.count(MAGNET_EV_NET_PKT_RECV))
+      throw cli::usage_error("--interface: only packet capture (--snap or --probes net.pkt) "
+                             "records by device");
+    o.snap_ifindex = if_nametoindex(iface->c_str());
+    if (!o.snap_ifindex)
+      throw cli::usage_error("--interface: no device '" + *iface + "' in this network namespace");
+    struct stat st {};
+    if (stat("/proc/self/ns/net", &st) != 0)
+      throw cli::usage_error("--interface: cannot read this network namespace (/proc/self/ns/net)");
+    o.snap_netns_ino = static_cast<uint32_t>(st.st_ino);
+  }
+}
+
 static record_opts parse_record(cli::args& a) {
   record_opts o;
   auto out = a.value("--output", "-o");
@@ -103,13 +140,17 @@ static record_opts parse_record(cli::args& a) {
   auto wm = a.value("--watermark");
   auto pt = a.value("--poll-timeout");
   auto usdt = a.value("--usdt");
+  auto snap = a.value("--snap");
+  auto iface = a.value("--interface", "-i");
   o.quiet = a.flag("--quiet", "-q");
   o.json = a.flag("--json");
   o.vms = parse_vm_select(a);
   a.finish(0, 0);
   if (!out) throw cli::usage_error("missing -o FILE");
   o.out = *out;
-  o.types = cli::need(select_events(probes.value_or("net")), "--probes");
+  // --snap alone records the packets and nothing else, as tcpdump would.
+  o.types = cli::need(select_events(probes.value_or(snap ? "net.pkt" : "net")), "--probes");
+  parse_snap(o, snap, iface);
   auto pred = filters::predicate::parse(filter.value_or(""));
   if (!pred) throw cli::usage_error("--filter: " + pred.err().message);
   o.pred = std::move(*pred);
@@ -252,6 +293,9 @@ int cmd_record(cli::args& a) {
   co.probes = o.types;
   co.ring_bytes = o.ring;
   co.wakeup_watermark = o.watermark;
+  co.snap_bytes = o.snap;
+  co.snap_ifindex = o.snap_ifindex;
+  co.snap_netns_ino = o.snap_netns_ino;
   auto cap = capture::open(co);
   if (!cap) {
     std::fprintf(stderr, "magnet record: %s\n", cap.err().message.c_str());

@@ -18,6 +18,8 @@
  *                         net.ip.recv    netfilter PRE_ROUTING | fentry/kprobe ip_rcv
  *                         net.l4.recv    cgroup_skb/ingress    (sk_filter on delivery)
  *                         net.sock.recv  sock:sock_recv_length | fexit inet{,6}_recvmsg
+ * Packet capture:         net.pkt.xmit / net.pkt.recv at the device hooks,
+ *                         the frame's first bytes (magnet record --snap N)
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -555,6 +557,187 @@ int BPF_PROG(dev_recv_raw, struct sk_buff *skb)
 {
 	return mg_pkt_event(skb, MAGNET_P_NET_DEV_RECV, MAGNET_EV_NET_DEV_RECV,
 			    MG_SZ_SKB_LEN, true, false, false);
+}
+
+/* ------------------------------------------------------------------ */
+/* packet capture (net.pkt.*): the device-layer hooks again, one record  */
+/* per packet with its first bytes from the link-layer header on         */
+
+/* Bytes kept per packet, 1..MAGNET_SNAP_MAX; set by the loader. */
+const volatile __u32 snap_len = 96;
+/* One device only (tcpdump -i): its ifindex and network namespace; 0 = every
+ * device.  A constant, so a capture of every device has no test at all. */
+const volatile __u32 snap_ifindex = 0;
+const volatile __u32 snap_netns = 0;
+
+/* The record is built here and copied into the ring in one call: its size
+ * follows the packet's, which bpf_ringbuf_reserve cannot take.  Per CPU
+ * rather than on the stack, so the bytes after the captured ones are
+ * never the stack's leftovers (the tail pad is cleared explicitly).  The
+ * extra 8 bytes keep the rounded-up length within the value for the
+ * verifier. */
+struct mg_snap_rec {
+	struct magnet_hdr h;
+	struct magnet_pkt_snap ps;
+	__u8 data[MAGNET_SNAP_MAX + 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mg_snap_rec);
+} snap_buf SEC(".maps");
+
+/* A flow filter (abstract id) needs the packet's flow id: the IP and
+ * transport headers at @l3, parsed as the journey's probes do.  Only then;
+ * a capture without one leaves abstract_id 0. */
+static __always_inline __u64 mg_snap_flow(const void *l3, __u16 l3proto, __u32 skb_len)
+{
+	__u8 raw[MG_HDR_BUF] __attribute__((aligned(8))) = {};
+	struct magnet_pkt pkt = { .skb_len = skb_len };
+	__u16 rflags = 0;
+
+	if (l3proto != MG_ETH_P_IP && l3proto != MG_ETH_P_IPV6)
+		return 0;
+	if (mg_read_kernel(raw, l3, 64))
+		return 0;
+	mg_parse_l3(raw, 64, &pkt, &rflags, MG_SZ_SKB_LEN);
+	return magnet_flow_id(pkt.saddr, pkt.daddr, pkt.sport, pkt.dport, pkt.protocol);
+}
+
+/* Where the frame starts and how long it is: from the MAC header when the
+ * skb has one (the receive path has already pulled it off skb->data), else
+ * from skb->data.  Offsets are plain numbers: skb->head and skb->data point
+ * to bytes, not to a BTF struct, so the verifier lets them be subtracted. */
+struct mg_frame {
+	__u64 start;
+	__u32 wire_len;
+	__u32 linear; /* bytes readable from start without the page frags */
+	__u16 mac_len;
+};
+
+static __always_inline void mg_frame_of(struct sk_buff *skb, struct mg_frame *f, bool direct)
+{
+	__u64 head = (__u64)MG_RD(direct, skb, head);
+	__u64 data = (__u64)MG_RD(direct, skb, data);
+	__u16 mac = MG_RD(direct, skb, mac_header), nh = MG_RD(direct, skb, network_header);
+	__u32 len = MG_RD(direct, skb, len), data_len = MG_RD(direct, skb, data_len);
+	__u32 pulled = 0;
+
+	f->start = data;
+	f->mac_len = 0;
+	/* mac_header is ~0 until set; a pulled header longer than 64 bytes is
+	 * no link-layer header this capture knows. */
+	if (mac != (__u16)~0U && head + mac <= data && data - (head + mac) <= 64) {
+		f->start = head + mac;
+		pulled = data - f->start;
+		/* Received: what eth_type_trans pulled is the link-layer header
+		 * (network_header is reset only after the tracepoint).  Sent:
+		 * nothing is pulled and network_header is the IP header. */
+		if (pulled)
+			f->mac_len = pulled;
+		else if (nh != (__u16)~0U && nh >= mac && nh - mac <= 64)
+			f->mac_len = nh - mac;
+	}
+	f->wire_len = len + pulled;
+	f->linear = len > data_len ? len - data_len + pulled : pulled;
+}
+
+static __always_inline int mg_snap_event(struct sk_buff *skb, __u32 slot, __u16 type,
+					 bool task_ctx, bool direct)
+{
+	struct magnet_probe_pcpu *st;
+	struct net_device *dev;
+	struct mg_snap_rec *r;
+	struct mg_frame f;
+	__u32 mode, zero = 0, ifindex, netns;
+	__u64 cap;
+	__u16 l3proto;
+	struct mg_ev ev;
+
+	if (slot >= MAGNET_NPROBES || !skb)
+		return 0;
+	mode = probe_ctl[slot].mode;
+	if (!mode)
+		return 0;
+	dev = MG_RD(direct, skb, dev);
+	ifindex = dev ? MG_RD(direct, dev, ifindex) : 0;
+	netns = (filter_ctl.vm_tagging || snap_ifindex) && dev ? mg_dev_netns(dev, direct) : 0;
+	if (snap_ifindex && (ifindex != snap_ifindex || netns != snap_netns))
+		return 0;
+	if (!filter_ctl.vm_tagging)
+		netns = 0; /* no VM by device without tagging */
+	if (task_ctx) {
+		mg_ev_task(&ev, slot, 0);
+	} else {
+		__builtin_memset(&ev, 0, sizeof(ev));
+		ev.slot = slot;
+		ev.cpu = bpf_get_smp_processor_id();
+	}
+	ev.size = MG_RD(direct, skb, len);
+	/* A device's packets are its VM's only on the VM's own tap (as net.dev). */
+	ev.vm = mg_vm_of_netdev(netns, ifindex);
+	if (mg_count_only(mode)) {
+		if (!(self_tgid && ev.tgid == self_tgid))
+			mg_count(slot, mode, ev.vm, ev.size);
+		return 0;
+	}
+	mg_frame_of(skb, &f, direct);
+	l3proto = bpf_ntohs(MG_RD(direct, skb, protocol));
+	if (filter_ctl.active & MAGNET_FK_ABSTRACT)
+		ev.aid = mg_snap_flow((const void *)(f.start + f.mac_len), l3proto, ev.size);
+	st = mg_admit(&ev);
+	if (!st)
+		return 0;
+	r = bpf_map_lookup_elem(&snap_buf, &zero);
+	if (!r)
+		return 0;
+	/* 64-bit compares on the register the copy uses: with 32-bit ones
+	 * clang bounds a zero-extended copy and passes the unbounded original
+	 * (the verifier's "unbounded memory access"). */
+	cap = f.linear;
+	barrier_var(cap);
+	if (cap > snap_len)
+		cap = snap_len;
+	if (cap > MAGNET_SNAP_MAX)
+		cap = MAGNET_SNAP_MAX;
+	/* Zero the last word first: the bytes past cap_len are padding. */
+	*(__u64 *)(r->data + (cap & (MAGNET_SNAP_MAX - 8))) = 0;
+	if (cap && bpf_probe_read_kernel(r->data, cap, (const void *)f.start))
+		cap = 0;
+	r->ps.ifindex = ifindex;
+	r->ps.wire_len = f.wire_len;
+	r->ps.cap_len = cap;
+	r->ps.l3proto = l3proto;
+	r->ps.mac_len = f.mac_len;
+	r->ps.reserved = 0;
+	mg_output(st, &ev, type, &r->h, sizeof(r->ps) + ((cap + 7) & ~7U), 0);
+	return 0;
+}
+
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(pkt_xmit_btf, struct sk_buff *skb)
+{
+	return mg_snap_event(skb, MAGNET_P_NET_PKT_XMIT, MAGNET_EV_NET_PKT_XMIT, true, true);
+}
+
+SEC("raw_tp/net_dev_queue")
+int BPF_PROG(pkt_xmit_raw, struct sk_buff *skb)
+{
+	return mg_snap_event(skb, MAGNET_P_NET_PKT_XMIT, MAGNET_EV_NET_PKT_XMIT, true, false);
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(pkt_recv_btf, struct sk_buff *skb)
+{
+	return mg_snap_event(skb, MAGNET_P_NET_PKT_RECV, MAGNET_EV_NET_PKT_RECV, false, true);
+}
+
+SEC("raw_tp/netif_receive_skb")
+int BPF_PROG(pkt_recv_raw, struct sk_buff *skb)
+{
+	return mg_snap_event(skb, MAGNET_P_NET_PKT_RECV, MAGNET_EV_NET_PKT_RECV, false, false);
 }
 
 /* l4 -> ip hand-off on send, ip entry on receive: netfilter hooks (6.4+,

@@ -122,6 +122,7 @@ struct mg_btf_anchor {
 	struct magnet_net_drop net_drop;
 	struct magnet_vmnet_queue vmnet_queue;
 	struct magnet_vmnet_vhost vmnet_vhost;
+	struct magnet_pkt_snap pkt_snap;
 	struct magnet_lat_stat lat_stat;
 	struct magnet_kvm_exit_key kvm_exit_key;
 	struct magnet_vmnet_queue_key vmnet_queue_key;
@@ -364,26 +365,22 @@ static __always_inline struct magnet_probe_pcpu *mg_admit(struct mg_ev *ev)
 	return st;
 }
 
-/* Reserve a record of sizeof(header) + plen bytes (plen: a multiple of 8). */
-static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
-					struct mg_ev *ev, __u16 type,
+/* A record the ring had no room for: the probe's loss, and its VM's. */
+static __always_inline void mg_ring_lost(struct magnet_probe_pcpu *st, struct mg_ev *ev)
+{
+	mg_count_drop(st, ev);
+	if (ev->vm) {
+		__u32 vm = ev->vm & MAGNET_MAX_VM_ID;
+		struct magnet_vm_pcpu *q = bpf_map_lookup_elem(&vm_pcpu, &vm);
+
+		if (q)
+			q->ring_lost++;
+	}
+}
+
+static __always_inline void mg_fill_hdr(struct magnet_hdr *h, struct mg_ev *ev, __u16 type,
 					__u32 plen, __u16 flags)
 {
-	struct magnet_hdr *h;
-
-	h = bpf_ringbuf_reserve(&events, sizeof(*h) + plen, 0);
-	if (!h) {
-		mg_count_drop(st, ev);
-		if (ev->vm) {
-			__u32 vm = ev->vm & MAGNET_MAX_VM_ID;
-			struct magnet_vm_pcpu *q = bpf_map_lookup_elem(&vm_pcpu, &vm);
-
-			if (q)
-				q->ring_lost++;
-		}
-		return NULL;
-	}
-	st->emitted++;
 	h->ts_ns = ev->now;
 	h->abstract_id = ev->aid;
 	h->tgid = ev->tgid;
@@ -394,6 +391,22 @@ static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
 	h->cpu = ev->cpu;
 	h->len = sizeof(*h) + plen;
 	h->flags = flags | ev->flags;
+}
+
+/* Reserve a record of sizeof(header) + plen bytes (plen: a multiple of 8). */
+static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
+					struct mg_ev *ev, __u16 type,
+					__u32 plen, __u16 flags)
+{
+	struct magnet_hdr *h;
+
+	h = bpf_ringbuf_reserve(&events, sizeof(*h) + plen, 0);
+	if (!h) {
+		mg_ring_lost(st, ev);
+		return NULL;
+	}
+	st->emitted++;
+	mg_fill_hdr(h, ev, type, plen, flags);
 	return h;
 }
 
@@ -404,14 +417,31 @@ static __always_inline void *mg_reserve(struct magnet_probe_pcpu *st,
  * CPUs.  Only one record in wakeup_check_mask + 1 per probe and CPU queries
  * the ring (a helper call that reads both positions): the wakeup comes at
  * most that many records late, far less than the room above the watermark. */
-static __always_inline void mg_submit(struct magnet_probe_pcpu *st, void *rec)
+static __always_inline __u64 mg_wakeup_flags(struct magnet_probe_pcpu *st)
 {
-	__u64 flags = BPF_RB_NO_WAKEUP;
-
 	if (!(st->emitted & wakeup_check_mask) &&
 	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= filter_ctl.wakeup_watermark)
-		flags = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(rec, flags);
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void mg_submit(struct magnet_probe_pcpu *st, void *rec)
+{
+	bpf_ringbuf_submit(rec, mg_wakeup_flags(st));
+}
+
+/* A record whose size is known only at run time (bpf_ringbuf_reserve wants
+ * a constant): built at @h, then copied into the ring in one call, with the
+ * same accounting as mg_reserve + mg_submit.  @plen: a multiple of 8. */
+static __always_inline void mg_output(struct magnet_probe_pcpu *st, struct mg_ev *ev,
+				      __u16 type, struct magnet_hdr *h, __u32 plen, __u16 flags)
+{
+	mg_fill_hdr(h, ev, type, plen, flags);
+	st->emitted++;
+	if (bpf_ringbuf_output(&events, h, sizeof(*h) + plen, mg_wakeup_flags(st))) {
+		st->emitted--;
+		mg_ring_lost(st, ev);
+	}
 }
 
 static __always_inline void mg_ev_task(struct mg_ev *ev, __u32 slot, __s32 size)

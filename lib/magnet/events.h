@@ -38,7 +38,9 @@ uint16_t probe_type(int slot);
 
 // "net.sock,sched.switch" -> the event types; a part selects every event
 // whose name equals it or starts with it followed by '.'.  "all" selects
-// every probe event.  Unknown names give an error listing what exists.
+// every probe event but packet capture (net.pkt.*), which only a part
+// naming "net.pkt" or one of its events selects.  Unknown names give an
+// error listing what exists.
 result<std::set<uint16_t>> select_events(std::string_view list);
 
 // True if @name equals @prefix or starts with "@prefix.".

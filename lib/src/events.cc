@@ -22,8 +22,18 @@ constexpr std::array<uint16_t, MAGNET_NPROBES> kSlotTypes = {
     MAGNET_EV_KVM_EXIT,      MAGNET_EV_KVM_ENTRY,     MAGNET_EV_KVM_USERSPACE_EXIT,
     MAGNET_EV_KVM_WAKEUP,    MAGNET_EV_KVM_HALT_POLL, MAGNET_EV_NET_DROP,
     MAGNET_EV_VMNET_QUEUE_TX, MAGNET_EV_VMNET_QUEUE_RX, MAGNET_EV_VMNET_VHOST_TX,
-    MAGNET_EV_VMNET_VHOST_RX,
+    MAGNET_EV_VMNET_VHOST_RX, MAGNET_EV_NET_PKT_XMIT,  MAGNET_EV_NET_PKT_RECV,
 };
+
+// Packet capture copies every packet's first bytes into the stream: a
+// recording asks for it by name ("net.pkt" or one of its events), never
+// through "net" or "all", which mean the journey's cheaper records.
+constexpr std::string_view kOptInGroup = "net.pkt";
+
+bool selects(std::string_view name, std::string_view part) {
+  if (name_matches(name, kOptInGroup)) return name_matches(name, part) && part.size() >= kOptInGroup.size();
+  return part == "all" || name_matches(name, part);
+}
 
 }  // namespace
 
@@ -70,6 +80,8 @@ size_t payload_size(uint16_t kind) {
     case MAGNET_PL_VMNET_QUEUE: return sizeof(magnet_vmnet_queue);
     case MAGNET_PL_VMNET_VHOST: return sizeof(magnet_vmnet_vhost);
     case MAGNET_PL_APP_ADD: return sizeof(magnet_app_add);
+    // The fixed part; the captured bytes follow (hdr.len says how many).
+    case MAGNET_PL_PKT_SNAP: return sizeof(magnet_pkt_snap);
     default: return 0;
   }
 }
@@ -93,7 +105,7 @@ std::string_view payload_kind_name(uint16_t kind) {
       "pkt",   "tcp_state", "sched_switch", "sched_wakeup", "proc_fork",
       "proc_exit", "blk", "kvm_exit",     "kvm_entry", "kvm_userspace_exit",
       "kvm_wakeup", "kvm_halt_poll", "net_drop", "vmnet_queue", "vmnet_vhost",
-      "app_add"};
+      "app_add", "pkt_snap"};
   static_assert(std::size(names) == MAGNET_PL_COUNT);
   return kind < MAGNET_PL_COUNT ? names[kind] : "unknown";
 }
@@ -126,7 +138,7 @@ result<std::set<uint16_t>> select_events(std::string_view list) {
     bool any = false;
     for (uint16_t t : kSlotTypes) {
       auto* e = find_event(t);
-      if (part == "all" || name_matches(e->name, part)) {
+      if (selects(e->name, part)) {
         out.insert(t);
         any = true;
       }

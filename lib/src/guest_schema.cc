@@ -201,6 +201,12 @@ constexpr guest_row kRows[] = {
     // A host application's marks are that application's, not any guest's.
     refused<magnet_app_add>(MAGNET_EV_APP_ADD, MAGNET_PL_APP_ADD,
                             "host applications' own marks (app.add of a host binary)"),
+    // The schema keeps spans of a fixed payload; these carry raw frames
+    // of any device (a packet capture for magnet record), not a VM's view.
+    refused<magnet_pkt_snap>(MAGNET_EV_NET_PKT_XMIT, MAGNET_PL_PKT_SNAP,
+                             "raw packet bytes (magnet record --snap), not a per-VM record"),
+    refused<magnet_pkt_snap>(MAGNET_EV_NET_PKT_RECV, MAGNET_PL_PKT_SNAP,
+                             "raw packet bytes (magnet record --snap), not a per-VM record"),
 };
 
 // The one row of @table whose @key is @k; nullptr when there is none, or

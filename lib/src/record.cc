@@ -123,6 +123,12 @@ const field kAppAdd[] = {
     F(magnet_app_add, event_id, u32), FN(magnet_app_add, "app_abstract_id", abstract_id, u32),
     F(magnet_app_add, value, u64),
 };
+// The captured bytes after the fixed part are not a field: "data" below.
+const field kPktSnap[] = {
+    F(magnet_pkt_snap, ifindex, u32), F(magnet_pkt_snap, wire_len, u32),
+    F(magnet_pkt_snap, cap_len, u16), F(magnet_pkt_snap, l3proto, u16),
+    F(magnet_pkt_snap, mac_len, u16),
+};
 #undef F
 #undef FN
 
@@ -220,6 +226,29 @@ nlohmann::ordered_json json_value(const uint8_t* base, const field& f, bool v6) 
   return nullptr;
 }
 
+// A packet record's captured bytes, as lower-case hex without separators
+// (the bytes of the frame in wire order, as tcpdump -x shows them); empty
+// for every other record.
+constexpr std::string_view kSnapData = "data";
+
+std::string snap_hex(const uint8_t* rec) {
+  const auto& h = hdr_of(rec);
+  const auto* e = find_event(h.type);
+  if (!e || e->payload_kind != MAGNET_PL_PKT_SNAP || h.len < sizeof(magnet_hdr) + sizeof(magnet_pkt_snap))
+    return {};
+  magnet_pkt_snap ps;
+  std::memcpy(&ps, rec + sizeof(magnet_hdr), sizeof ps);
+  const size_t room = h.len - sizeof(magnet_hdr) - sizeof ps;
+  const uint8_t* d = rec + sizeof(magnet_hdr) + sizeof ps;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < std::min<size_t>(ps.cap_len, room); ++i) {
+    s += kDigits[d[i] >> 4];
+    s += kDigits[d[i] & 0xf];
+  }
+  return s;
+}
+
 // CSV columns after the header ones: every payload field name, once.
 const std::vector<std::string_view>& csv_payload_columns() {
   static const std::vector<std::string_view> cols = [] {
@@ -229,6 +258,7 @@ const std::vector<std::string_view>& csv_payload_columns() {
       for (const auto& f : payload_fields(k))
         if (std::find(v.begin(), v.end(), f.name) == v.end()) v.push_back(f.name);
     }
+    v.push_back(kSnapData);
     return v;
   }();
   return cols;
@@ -258,6 +288,7 @@ std::span<const field> payload_fields(uint16_t kind) {
     case MAGNET_PL_VMNET_QUEUE: return kVmnetQueue;
     case MAGNET_PL_VMNET_VHOST: return kVmnetVhost;
     case MAGNET_PL_APP_ADD: return kAppAdd;
+    case MAGNET_PL_PKT_SNAP: return kPktSnap;
     default: return {};
   }
 }
@@ -284,6 +315,14 @@ status check_record(std::span<const uint8_t> buf, std::string_view where) {
       return error{std::string(where) + ": corrupt record: " + std::string(e->name) +
                    " is " + std::to_string(h.len) + " bytes, its payload needs " +
                    std::to_string(need)};
+    if (e->payload_kind == MAGNET_PL_PKT_SNAP) {
+      magnet_pkt_snap ps;
+      std::memcpy(&ps, buf.data() + sizeof(magnet_hdr), sizeof ps);
+      if (ps.cap_len > h.len - need)
+        return error{std::string(where) + ": corrupt record: " + std::string(e->name) +
+                     " says " + std::to_string(ps.cap_len) + " captured bytes, its " +
+                     std::to_string(h.len) + " bytes hold " + std::to_string(h.len - need)};
+    }
   }
   return {};
 }
@@ -355,6 +394,7 @@ std::string format_record(const uint8_t* rec, out_format fmt) {
         s += '=';
         s += value_str(pl, f, v6);
       }
+      if (e && e->payload_kind == MAGNET_PL_PKT_SNAP) s += " data=" + snap_hex(rec);
       return s;
     }
     case out_format::csv: {
@@ -363,6 +403,7 @@ std::string format_record(const uint8_t* rec, out_format fmt) {
       s = buf;
       for (auto col : csv_payload_columns()) {
         s += ',';
+        if (col == kSnapData) s += snap_hex(rec);
         for (const auto& f : fields)
           if (f.name == col) {
             s += value_str(pl, f, v6);
@@ -379,6 +420,7 @@ std::string format_record(const uint8_t* rec, out_format fmt) {
                                {"abstract_id", hex_str(h.abstract_id)},
                                {"size", h.size},     {"flags", h.flags}};
       for (const auto& f : fields) j[std::string(f.name)] = json_value(pl, f, v6);
+      if (e && e->payload_kind == MAGNET_PL_PKT_SNAP) j[std::string(kSnapData)] = snap_hex(rec);
       return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     }
   }

@@ -32,7 +32,7 @@
 #endif
 
 #define MAGNET_FORMAT_MAJOR 1
-#define MAGNET_FORMAT_MINOR 3 /* 3: app.add */
+#define MAGNET_FORMAT_MINOR 3 /* 3: app.add, net.pkt.* */
 
 /* Written natively into the sysinfo record: a reader that sees the bytes
  * reversed knows the trace was written on a machine of the other endianness. */
@@ -70,6 +70,7 @@ enum magnet_payload_kind {
 	MAGNET_PL_VMNET_QUEUE = 18,
 	MAGNET_PL_VMNET_VHOST = 19,
 	MAGNET_PL_APP_ADD = 20, /* minor 3 */
+	MAGNET_PL_PKT_SNAP = 21, /* minor 3 */
 	MAGNET_PL_COUNT
 };
 
@@ -102,6 +103,8 @@ enum magnet_payload_kind {
 	X(NET_DEV_RECV, 0x0107, "net.dev.recv", MAGNET_PL_PKT)                \
 	X(NET_TCP_STATE, 0x0108, "net.tcp.state", MAGNET_PL_TCP_STATE)        \
 	X(NET_DROP, 0x0109, "net.drop", MAGNET_PL_NET_DROP)                   \
+	X(NET_PKT_XMIT, 0x010a, "net.pkt.xmit", MAGNET_PL_PKT_SNAP)          \
+	X(NET_PKT_RECV, 0x010b, "net.pkt.recv", MAGNET_PL_PKT_SNAP)          \
 	X(SCHED_SWITCH, 0x0200, "sched.switch", MAGNET_PL_SCHED_SWITCH)       \
 	X(SCHED_WAKEUP, 0x0201, "sched.wakeup", MAGNET_PL_SCHED_WAKEUP)       \
 	X(PROC_FORK, 0x0202, "proc.fork", MAGNET_PL_PROC_FORK)                \
@@ -158,6 +161,9 @@ enum magnet_probe_slot {
 	MAGNET_P_VMNET_QUEUE_RX,
 	MAGNET_P_VMNET_VHOST_TX,
 	MAGNET_P_VMNET_VHOST_RX,
+	/* minor 3 */
+	MAGNET_P_NET_PKT_XMIT,
+	MAGNET_P_NET_PKT_RECV,
 	MAGNET_NPROBES
 };
 
@@ -436,6 +442,22 @@ struct magnet_app_add {
 	__u64 value;
 };
 
+/* net.pkt.xmit / .recv (minor 3): one record per packet at the device layer
+ * (the net.dev.* hooks) with its first bytes from the link-layer header on,
+ * as a packet capture (tcpdump -s N) keeps them.  hdr.size = skb->len;
+ * hdr.abstract_id = 0 (the bytes name the packet).  cap_len bytes follow
+ * this struct, padded with zeros to MAGNET_RECORD_ALIGN: hdr.len = 40 +
+ * 16 + cap_len rounded up to 8. */
+#define MAGNET_SNAP_MAX 128 /* compile-time bound of cap_len */
+struct magnet_pkt_snap {
+	__u32 ifindex;
+	__u32 wire_len; /* the frame's length from its link-layer header */
+	__u16 cap_len;  /* bytes that follow: min(snap length, linear bytes) */
+	__u16 l3proto;  /* skb->protocol, host order */
+	__u16 mac_len;  /* link-layer header bytes at the start (0: none) */
+	__u16 reserved;
+};
+
 /* Layout guards, checked by clang -target bpf and by g++ alike. */
 #ifdef __cplusplus
 #define MAGNET_STATIC_ASSERT(c, m) static_assert(c, m)
@@ -465,6 +487,8 @@ MAGNET_ASSERT_SIZE(magnet_net_drop, 24);
 MAGNET_ASSERT_SIZE(magnet_vmnet_queue, 24);
 MAGNET_ASSERT_SIZE(magnet_vmnet_vhost, 8);
 MAGNET_ASSERT_SIZE(magnet_app_add, 16);
+MAGNET_ASSERT_SIZE(magnet_pkt_snap, 16);
+MAGNET_STATIC_ASSERT(40 + 16 + MAGNET_SNAP_MAX <= MAGNET_MAX_RECORD, "snap record too long");
 MAGNET_STATIC_ASSERT(__builtin_offsetof(struct magnet_hdr, type) == 32, "hdr.type moved");
 MAGNET_STATIC_ASSERT(__builtin_offsetof(struct magnet_hdr, len) == 36, "hdr.len moved");
 

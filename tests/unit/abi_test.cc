@@ -63,6 +63,8 @@ TEST(Abi, StableIdsNeverChange) {
   EXPECT_EQ(MAGNET_EV_LOST, 0x0002);
   EXPECT_EQ(MAGNET_EV_NET_SOCK_SEND, 0x0100);
   EXPECT_EQ(MAGNET_EV_NET_DEV_RECV, 0x0107);
+  EXPECT_EQ(MAGNET_EV_NET_PKT_XMIT, 0x010a);
+  EXPECT_EQ(MAGNET_EV_NET_PKT_RECV, 0x010b);
   EXPECT_EQ(MAGNET_EV_SCHED_SWITCH, 0x0200);
   EXPECT_EQ(MAGNET_EV_BLK_ISSUE, 0x0300);
   EXPECT_EQ(MAGNET_EV_KVM_EXIT, 0x0400);
@@ -124,6 +126,8 @@ TEST(Abi, EachProbeSlotHoldsTheEventOfItsOwnName) {
       SLOT(VMNET_QUEUE_RX, "vmnet.queue.rx"),
       SLOT(VMNET_VHOST_TX, "vmnet.vhost.tx"),
       SLOT(VMNET_VHOST_RX, "vmnet.vhost.rx"),
+      SLOT(NET_PKT_XMIT, "net.pkt.xmit"),
+      SLOT(NET_PKT_RECV, "net.pkt.recv"),
   };
 #undef SLOT
   static_assert(std::size(kSlots) == MAGNET_NPROBES, "a slot without a line here");
@@ -139,6 +143,25 @@ TEST(Abi, EachProbeSlotHoldsTheEventOfItsOwnName) {
     ASSERT_NE(e, nullptr) << "not in the catalogue";
     EXPECT_EQ(e->type, s.type);
   }
+}
+
+// A packet record: 40-byte header, 16 bytes of lengths, then the captured
+// bytes padded to 8; at the largest snap it still fits a record.
+TEST(Abi, PacketSnapLayoutIsFixed) {
+  EXPECT_EQ(sizeof(magnet_pkt_snap), 16u);
+  EXPECT_EQ(offsetof(magnet_pkt_snap, ifindex), 0u);
+  EXPECT_EQ(offsetof(magnet_pkt_snap, wire_len), 4u);
+  EXPECT_EQ(offsetof(magnet_pkt_snap, cap_len), 8u);
+  EXPECT_EQ(offsetof(magnet_pkt_snap, l3proto), 10u);
+  EXPECT_EQ(offsetof(magnet_pkt_snap, mac_len), 12u);
+  EXPECT_EQ(MAGNET_SNAP_MAX, 128);
+  EXPECT_EQ(MAGNET_SNAP_MAX % MAGNET_RECORD_ALIGN, 0);
+  EXPECT_LE(sizeof(magnet_hdr) + sizeof(magnet_pkt_snap) + MAGNET_SNAP_MAX, size_t{MAGNET_MAX_RECORD});
+  const auto* e = find_event("net.pkt.recv");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->payload_kind, MAGNET_PL_PKT_SNAP);
+  EXPECT_EQ(payload_size(MAGNET_PL_PKT_SNAP), sizeof(magnet_pkt_snap));
+  EXPECT_EQ(payload_kind_name(MAGNET_PL_PKT_SNAP), "pkt_snap");
 }
 
 TEST(Abi, FlowIdDependsOnDirectionAndEveryTupleField) {

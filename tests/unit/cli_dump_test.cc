@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -91,6 +92,50 @@ TEST(CliDump, BadInputs) {
   auto none = run({MAGNET_BIN, "dump"});
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.err.find("missing trace FILE"), std::string::npos) << none.err;
+}
+
+// A packet record with @cap captured bytes 0xa0, 0xa1, ... (cap_len says
+// @says), padded to 8.
+std::string snap_trace(uint16_t cap, uint16_t says) {
+  std::string path = "/tmp/magnet-dump-snap-" + std::to_string(getpid()) + ".mtr";
+  auto w = trace_writer::create(path, local_sysinfo(), {MAGNET_EV_NET_PKT_RECV});
+  std::vector<uint8_t> pl(sizeof(magnet_pkt_snap) + cap);
+  magnet_pkt_snap ps{.ifindex = 3, .wire_len = 1442, .cap_len = says, .l3proto = 0x0800, .mac_len = 14};
+  std::memcpy(pl.data(), &ps, sizeof ps);
+  for (uint16_t i = 0; i < cap; ++i) pl[sizeof ps + i] = static_cast<uint8_t>(0xa0 + i);
+  magnet_hdr h{};
+  h.type = MAGNET_EV_NET_PKT_RECV;
+  h.size = 1428;
+  (void)w->append(make_record(h, pl.data(), pl.size()));
+  (void)w->close();
+  return path;
+}
+
+TEST(CliDump, PacketRecordsShowTheirBytes) {
+  auto path = snap_trace(5, 5);
+  auto text = run({MAGNET_BIN, "dump", path});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("net.pkt.recv vm=0"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("ifindex=3 wire_len=1442 cap_len=5 l3proto=2048 mac_len=14 data=a0a1a2a3a4\n"),
+            std::string::npos)
+      << "the 5 bytes and not the 3 of padding: " << text.out;
+  auto json = run({MAGNET_BIN, "dump", path, "--json"});
+  ASSERT_EQ(json.status, 0);
+  EXPECT_NE(json.out.find("\"data\":\"a0a1a2a3a4\""), std::string::npos) << json.out;
+  auto csv = run({MAGNET_BIN, "dump", path, "-F", "csv"});
+  ASSERT_EQ(csv.status, 0);
+  EXPECT_NE(csv.out.find(",data\n"), std::string::npos) << "a data column, last";
+  EXPECT_NE(csv.out.find(",a0a1a2a3a4\n"), std::string::npos) << csv.out;
+  unlink(path.c_str());
+}
+
+TEST(CliDump, PacketRecordClaimingMoreBytesThanItHoldsIsCorrupt) {
+  auto path = snap_trace(5, 9);  // 8 bytes of room after the fixed part
+  auto r = run({MAGNET_BIN, "dump", path});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("net.pkt.recv says 9 captured bytes"), std::string::npos) << r.err;
+  unlink(path.c_str());
 }
 
 TEST(CliDump, HelpOnEveryCommand) {

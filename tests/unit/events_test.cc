@@ -24,7 +24,24 @@ TEST(Events, SelectByExactNameAndPrefix) {
                                        MAGNET_EV_SCHED_SWITCH}));
   auto all = select_events("all");
   ASSERT_TRUE(all);
-  EXPECT_EQ(all->size(), size_t{MAGNET_NPROBES});
+  EXPECT_EQ(all->size(), size_t{MAGNET_NPROBES} - 2) << "all but net.pkt.*";
+  EXPECT_FALSE(all->count(MAGNET_EV_NET_PKT_XMIT));
+}
+
+// Packet capture copies bytes of every packet: only a part that names it
+// turns it on, so "net" (record's default) and "all" keep their cost.
+TEST(Events, PacketCaptureIsSelectedOnlyByName) {
+  auto net = select_events("net");
+  ASSERT_TRUE(net);
+  EXPECT_FALSE(net->count(MAGNET_EV_NET_PKT_XMIT));
+  EXPECT_FALSE(net->count(MAGNET_EV_NET_PKT_RECV));
+  auto pkt = select_events("net.pkt");
+  ASSERT_TRUE(pkt);
+  EXPECT_EQ(*pkt, (std::set<uint16_t>{MAGNET_EV_NET_PKT_XMIT, MAGNET_EV_NET_PKT_RECV}));
+  auto one = select_events("net.pkt.recv,net.dev");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(*one, (std::set<uint16_t>{MAGNET_EV_NET_PKT_RECV, MAGNET_EV_NET_DEV_XMIT,
+                                      MAGNET_EV_NET_DEV_RECV}));
 }
 
 TEST(Events, PrefixStopsAtDots) {

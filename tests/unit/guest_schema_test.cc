@@ -96,7 +96,8 @@ const std::map<uint16_t, spec>& specification() {
     for (uint16_t t : {MAGNET_EV_SYSINFO, MAGNET_EV_EVENT_DESC, MAGNET_EV_NET_SOCK_SEND,
                        MAGNET_EV_NET_SOCK_RECV, MAGNET_EV_NET_L4_SEND, MAGNET_EV_NET_L4_RECV,
                        MAGNET_EV_NET_IP_SEND, MAGNET_EV_NET_IP_RECV, MAGNET_EV_NET_TCP_STATE,
-                       MAGNET_EV_PROC_FORK, MAGNET_EV_PROC_EXIT, MAGNET_EV_APP_ADD})
+                       MAGNET_EV_PROC_FORK, MAGNET_EV_PROC_EXIT, MAGNET_EV_APP_ADD,
+                       MAGNET_EV_NET_PKT_XMIT, MAGNET_EV_NET_PKT_RECV})
       m[t] = {false, gi::zero, {}};
     m[MAGNET_EV_LOST] = {true, gi::zero,
                          {FLD(magnet_lost, count), FLD(magnet_lost, first_ts_ns),

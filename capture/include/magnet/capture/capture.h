@@ -92,6 +92,11 @@ struct capture_options {
   std::set<uint16_t> probes;         // probes to load (empty = every one that can attach)
   size_t ring_bytes = 16u << 20;     // power of two, >= 4096
   uint64_t wakeup_watermark = 0;     // 0 = ring_bytes / 8
+  // net.pkt.*: bytes kept of each frame, 1..MAGNET_SNAP_MAX (tcpdump -s).
+  size_t snap_bytes = 96;
+  // net.pkt.*: only this device (ifindex in the network namespace whose
+  // inode is snap_netns_ino), as tcpdump -i; 0 = every device.
+  uint32_t snap_ifindex = 0, snap_netns_ino = 0;
 };
 
 class capture : public drop_source {
