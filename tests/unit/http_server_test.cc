@@ -469,7 +469,10 @@ TEST_F(HttpSlots, AReplyNobodyReadsGivesItsSlotUpAfterSlowWriteAndNothingElseIsT
   http_options o;
   o.max_connections = 2;
   o.max_streams = 1;
-  o.slow_write_ms = 400;
+  // The first new connection must come before the oldest reply has been
+  // stalled this long: 400 ms was missed twice on a loaded machine (the
+  // new one then took the stalled reply's slot at once and was answered).
+  o.slow_write_ms = 2000;
   o.read_timeout_ms = 5000;
   start(o);
   // Two clients ask for 12 MiB and read nothing: more than the sockets hold.
@@ -491,7 +494,7 @@ TEST_F(HttpSlots, AReplyNobodyReadsGivesItsSlotUpAfterSlowWriteAndNothingElseIsT
   // Both replies only just started: nothing to take, the new one is closed.
   EXPECT_EQ(hello(), "") << "closed unanswered";
   EXPECT_EQ(refused(), 1u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   EXPECT_EQ(hello().rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << "the oldest stalled reply gave its slot";
   EXPECT_EQ(evicted(), 1u);
   EXPECT_TRUE(closed_by_peer(stuck[0])) << "the oldest one";
